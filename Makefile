@@ -1,0 +1,33 @@
+# One entry point for every check. `make setup` is idempotent: it rebuilds .venv only when
+# pyproject.toml changed since the last install.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test lint typecheck unit demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy layers tools functions
+
+unit: setup
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q
+
+test: lint typecheck unit
+
+bench: setup
+	$(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

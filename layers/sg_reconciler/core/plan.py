@@ -1,0 +1,138 @@
+"""A plan: the ordered EC2 calls that take the groups from their current to their desired rules.
+
+Each step is one API call. The JSON form is the contract of DESIGN.md (Contracts) and the
+state machine's input, so `plan_from_dict` validates strictly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict, rule_to_dict
+
+
+@dataclass(frozen=True)
+class Authorize:
+    group_id: str
+    rules: tuple[Rule, ...]
+
+
+@dataclass(frozen=True)
+class Revoke:
+    group_id: str
+    rule_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Modify:
+    """Rewrite an owned rule in place (same id, no extra quota slot)."""
+
+    group_id: str
+    rule_id: str
+    rule: Rule
+
+
+Step = Authorize | Revoke | Modify
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({step.group_id for step in self.steps})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feasible": True,
+            "steps": [step_to_dict(s) for s in self.steps],
+            "notes": list(self.notes),
+        }
+
+    def plan_id(self) -> str:
+        """Stable hash of the steps: the execution name, so a duplicate start is a no-op."""
+        body = json.dumps(
+            [step_to_dict(s) for s in self.steps], sort_keys=True, separators=(",", ":")
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """No make-before-break order exists (or none was found) within the quota."""
+
+    reason: str
+    group_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"feasible": False, "reason": self.reason}
+
+
+def step_to_dict(step: Step) -> dict[str, Any]:
+    if isinstance(step, Authorize):
+        rules = [rule_to_dict(r, with_identity=False) for r in step.rules]
+        return {"action": "authorize", "group_id": step.group_id, "rules": rules}
+    if isinstance(step, Revoke):
+        return {"action": "revoke", "group_id": step.group_id, "rule_ids": list(step.rule_ids)}
+    return {
+        "action": "modify",
+        "group_id": step.group_id,
+        "rule_id": step.rule_id,
+        "rule": rule_to_dict(step.rule, with_identity=False),
+    }
+
+
+def _string(doc: Mapping[str, Any], name: str) -> str:
+    value = doc.get(name)
+    if not isinstance(value, str) or not value:
+        raise RuleError(f"{name} must be a non-empty string")
+    return value
+
+
+def step_from_dict(doc: object) -> Step:
+    if not isinstance(doc, Mapping):
+        raise RuleError("a step must be a JSON object")
+    action = doc.get("action")
+    group_id = _string(doc, "group_id")
+    if action == "authorize":
+        rules = doc.get("rules")
+        if not isinstance(rules, list) or not rules:
+            raise RuleError("an authorize step needs a non-empty rules list")
+        parsed = tuple(rule_from_dict(r) for r in rules)
+        if any(r.group_id != group_id for r in parsed):
+            raise RuleError(f"an authorize step for {group_id} carries a rule of another group")
+        return Authorize(group_id, parsed)
+    if action == "revoke":
+        ids = doc.get("rule_ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+            raise RuleError("a revoke step needs a non-empty list of rule ids")
+        return Revoke(group_id, tuple(ids))
+    if action == "modify":
+        rule = rule_from_dict(doc.get("rule"))
+        if rule.group_id != group_id:
+            raise RuleError(f"a modify step for {group_id} carries a rule of another group")
+        return Modify(group_id, _string(doc, "rule_id"), rule)
+    raise RuleError(f"unknown step action {action!r}")
+
+
+def plan_from_dict(doc: object) -> Plan:
+    """Parse a feasible plan document; raises RuleError naming the bad step."""
+    if not isinstance(doc, Mapping) or doc.get("feasible") is not True:
+        raise RuleError("a plan must be an object with feasible: true")
+    steps = doc.get("steps")
+    if not isinstance(steps, list):
+        raise RuleError("a plan needs a steps list")
+    parsed: list[Step] = []
+    for index, step in enumerate(steps):
+        try:
+            parsed.append(step_from_dict(step))
+        except RuleError as err:
+            raise RuleError(f"step #{index}: {err}") from None
+    notes = doc.get("notes", [])
+    return Plan(tuple(parsed), tuple(str(n) for n in notes) if isinstance(notes, list) else ())

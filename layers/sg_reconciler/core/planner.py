@@ -1,0 +1,324 @@
+"""Make-before-break planning: the ordered calls from the current to the desired rules.
+
+With enough quota every group gets one authorize call with all its new rules, and only when
+every group has them does one revoke call per group remove the stale ones. A group without
+that headroom interleaves: authorize what fits, revoke what is no longer needed, repeat; an
+in-place modify is the last resort. The order is found by a depth-first search over which
+new rules exist and which old ones are gone (both only grow, so the search space is finite
+and memoised), trying whole batches first. Every emitted plan passes the safety checker.
+Never revoke first: when no order keeps OLD ∩ NEW allowed within the quota, refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sg_reconciler.core.plan import Authorize, Modify, Plan, Refusal, Revoke, Step
+from sg_reconciler.core.rules import (
+    DEFAULT_MAX_RULES_PER_GROUP,
+    DEFAULT_OWNER,
+    Rule,
+    RuleError,
+    RuleKey,
+)
+from sg_reconciler.core.safety import GroupBounds, check_plan, group_bounds
+from sg_reconciler.core.traffic import Traffic
+
+DEFAULT_SEARCH_BUDGET = 20_000  # safety checks one constrained group may spend
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Ingress rule quota per group (AWS default 60), with per-group overrides."""
+
+    default: int = DEFAULT_MAX_RULES_PER_GROUP
+    per_group: Mapping[str, int] = field(default_factory=dict)
+
+    def __call__(self, group_id: str) -> int:
+        return self.per_group.get(group_id, self.default)
+
+
+@dataclass(frozen=True)
+class GroupDiff:
+    group_id: str
+    unmanaged: tuple[Rule, ...]
+    kept: tuple[Rule, ...]
+    relabel: tuple[tuple[Rule, Rule], ...]  # (existing, desired): description-only change
+    adds: tuple[Rule, ...]
+    removes: tuple[Rule, ...]
+    satisfied: tuple[tuple[Rule, Rule], ...]  # (desired, unmanaged rule that equals it)
+
+    @property
+    def count(self) -> int:
+        return len(self.unmanaged) + len(self.kept) + len(self.relabel) + len(self.removes)
+
+
+# A move of the interleaving search: ("authorize", add indexes), ("revoke", remove indexes)
+# or ("modify", (remove index, add index)).
+Move = tuple[str, tuple[int, ...]]
+
+
+class _BudgetExhausted(Exception):
+    pass
+
+
+def dedupe_desired(desired: Sequence[Rule]) -> list[Rule]:
+    """Desired rules form a set; one key listed with two descriptions is ambiguous."""
+    by_key: dict[RuleKey, Rule] = {}
+    for rule in desired:
+        seen = by_key.setdefault(rule.key, rule)
+        if seen.description != rule.description:
+            raise RuleError(
+                f"desired rule {rule.key} is listed twice with different descriptions "
+                f"({seen.description!r} and {rule.description!r})"
+            )
+    return sorted(by_key.values(), key=lambda r: r.key)
+
+
+def diff_groups(current: Sequence[Rule], desired: Sequence[Rule], owner: str) -> list[GroupDiff]:
+    """Per group in scope: what stays, what is added, what goes. No churn on kept rules."""
+    by_group: dict[str, tuple[list[Rule], list[Rule]]] = {}
+    for rule in current:
+        by_group.setdefault(rule.group_id, ([], []))[0].append(rule)
+    for rule in desired:
+        by_group.setdefault(rule.group_id, ([], []))[1].append(rule)
+    diffs = []
+    for group_id in sorted(by_group):
+        now, want = by_group[group_id]
+        unmanaged = [r for r in now if not r.owned_by(owner)]
+        managed = sorted(
+            (r for r in now if r.owned_by(owner)), key=lambda r: (r.key, r.rule_id or "")
+        )
+        if not managed and not want:
+            continue
+        unmanaged_by_key = {r.key: r for r in unmanaged}
+        wanted = {r.key: r for r in want if r.key not in unmanaged_by_key}
+        kept: list[Rule] = []
+        relabel: list[tuple[Rule, Rule]] = []
+        removes: list[Rule] = []
+        placed: set[RuleKey] = set()
+        for rule in managed:
+            target = wanted.get(rule.key)
+            if target is None or rule.key in placed:
+                removes.append(rule)
+            elif target.description == rule.description:
+                kept.append(rule)
+            else:
+                relabel.append((rule, target))
+            placed.add(rule.key)
+        diffs.append(
+            GroupDiff(
+                group_id=group_id,
+                unmanaged=tuple(unmanaged),
+                kept=tuple(kept),
+                relabel=tuple(relabel),
+                adds=tuple(r for k, r in sorted(wanted.items()) if k not in placed),
+                removes=tuple(removes),
+                satisfied=tuple(
+                    (r, unmanaged_by_key[r.key]) for r in want if r.key in unmanaged_by_key
+                ),
+            )
+        )
+    return diffs
+
+
+class _Interleaver:
+    """Depth-first search for a safe authorize/revoke/modify order within one group's quota."""
+
+    def __init__(self, diff: GroupDiff, bounds: GroupBounds, limit: int, budget: int) -> None:
+        self.diff, self.bounds, self.limit, self.budget = diff, bounds, limit, budget
+        self.base = [r.key for r in (*diff.unmanaged, *diff.kept)] + [
+            a.key for a, _ in diff.relabel
+        ]
+        self.adds = [r.key for r in diff.adds]
+        self.removes = [r.key for r in diff.removes]
+        self.seen: set[tuple[frozenset[int], frozenset[int]]] = set()
+        self.safe_cache: dict[frozenset[RuleKey], bool] = {}
+        self.checks = 0
+        self.helpfulness = self._helpfulness()
+
+    def _helpfulness(self) -> list[int]:
+        """How many stale rules' needed traffic each new rule covers: authorize those first."""
+        needed = [Traffic.of([k]) & self.bounds.must_keep for k in self.removes]
+        return [sum(1 for n in needed if n & Traffic.of([a])) for a in self.adds]
+
+    def keys(self, added: frozenset[int], removed: frozenset[int]) -> frozenset[RuleKey]:
+        present = set(self.base)
+        present.update(self.adds[i] for i in added)
+        present.update(k for j, k in enumerate(self.removes) if j not in removed)
+        return frozenset(present)
+
+    def count(self, added: frozenset[int], removed: frozenset[int]) -> int:
+        return len(self.base) + len(added) + len(self.removes) - len(removed)
+
+    def safe(self, added: frozenset[int], removed: frozenset[int]) -> bool:
+        keys = self.keys(added, removed)
+        cached = self.safe_cache.get(keys)
+        if cached is None:
+            self.checks += 1
+            if self.checks > self.budget:
+                raise _BudgetExhausted
+            cached = self.safe_cache[keys] = not self.bounds.loses_traffic(keys)
+        return cached
+
+    def moves(
+        self, added: frozenset[int], removed: frozenset[int]
+    ) -> Iterator[tuple[Move, frozenset[int], frozenset[int]]]:
+        pending_adds = [i for i in range(len(self.adds)) if i not in added]
+        pending_removes = [j for j in range(len(self.removes)) if j not in removed]
+        # 1. Revoke every stale rule whose traffic is no longer needed, as one call.
+        batch: list[int] = []
+        for j in pending_removes:
+            if self.safe(added, removed | {*batch, j}):
+                batch.append(j)
+        if batch:
+            yield ("revoke", tuple(batch)), added, removed | set(batch)
+        # 2. Authorize as many new rules as fit, the most helpful first.
+        room = self.limit - self.count(added, removed)
+        if room > 0 and pending_adds:
+            ranked = sorted(pending_adds, key=lambda i: (-self.helpfulness[i], i))[:room]
+            yield ("authorize", tuple(sorted(ranked))), added | set(ranked), removed
+        # 3. Single steps, so that the search is complete when the batches lead nowhere.
+        for j in batch if len(batch) > 1 else ():
+            yield ("revoke", (j,)), added, removed | {j}
+        for i in pending_adds if room > 0 and room < len(pending_adds) else ():
+            yield ("authorize", (i,)), added | {i}, removed
+        # 4. Last resort: rewrite a stale rule in place into a new one (no extra slot).
+        for j in pending_removes:
+            for i in pending_adds:
+                if self.removes[j].peer.kind != self.adds[i].peer.kind:
+                    continue
+                if self.safe(added | {i}, removed | {j}):
+                    yield ("modify", (j, i)), added | {i}, removed | {j}
+
+    def search(self, added: frozenset[int], removed: frozenset[int]) -> list[Move] | None:
+        if len(added) == len(self.adds) and len(removed) == len(self.removes):
+            return []
+        if (added, removed) in self.seen:
+            return None
+        self.seen.add((added, removed))
+        for move, next_added, next_removed in self.moves(added, removed):
+            rest = self.search(next_added, next_removed)
+            if rest is not None:
+                return [move, *rest]
+        return None
+
+    def steps(self) -> list[Step] | None:
+        moves = self.search(frozenset(), frozenset())
+        if moves is None:
+            return None
+        diff = self.diff
+        steps: list[Step] = []
+        for kind, items in moves:
+            last = steps[-1] if steps else None
+            if kind == "authorize":
+                rules = tuple(diff.adds[i] for i in items)
+                if isinstance(last, Authorize):
+                    steps[-1] = Authorize(diff.group_id, last.rules + rules)
+                else:
+                    steps.append(Authorize(diff.group_id, rules))
+            elif kind == "revoke":
+                ids = tuple(_rule_id(diff.removes[j]) for j in items)
+                if isinstance(last, Revoke):
+                    steps[-1] = Revoke(diff.group_id, last.rule_ids + ids)
+                else:
+                    steps.append(Revoke(diff.group_id, ids))
+            else:
+                j, i = items
+                steps.append(Modify(diff.group_id, _rule_id(diff.removes[j]), diff.adds[i]))
+        return steps
+
+
+def _rule_id(rule: Rule) -> str:
+    if rule.rule_id is None:
+        raise RuleError(f"current rule {rule.key} has no SecurityGroupRuleId")
+    return rule.rule_id
+
+
+def _listing(rules: Sequence[Rule | RuleKey], limit: int = 4) -> str:
+    shown = "; ".join(str(r) for r in rules[:limit])
+    return shown + (f"; and {len(rules) - limit} more" if len(rules) > limit else "")
+
+
+def make_plan(
+    current: Sequence[Rule],
+    desired: Sequence[Rule],
+    owner: str = DEFAULT_OWNER,
+    limits: Limits | None = None,
+    search_budget: int = DEFAULT_SEARCH_BUDGET,
+) -> Plan | Refusal:
+    """Plan the change of `current` (all ingress rules in scope) to `desired` (managed rules)."""
+    limits = limits or Limits()
+    wanted = dedupe_desired(desired)
+    bounds = group_bounds(current, wanted, owner)
+    first: list[Step] = []
+    interleaved: list[Step] = []
+    last: list[Step] = []
+    relabels: list[Step] = []
+    notes: list[str] = []
+    refusals: list[Refusal] = []
+
+    for diff in diff_groups(current, wanted, owner):
+        gid, limit = diff.group_id, limits(diff.group_id)
+        for want, have in diff.satisfied:
+            notes.append(
+                f"{gid}: desired {want.key} is already allowed by unmanaged rule {have.rule_id}; left as is"
+            )
+        relabels.extend(Modify(gid, _rule_id(old), new) for old, new in diff.relabel)
+        if diff.count + len(diff.adds) <= limit:
+            if diff.adds:
+                first.append(Authorize(gid, diff.adds))
+            if diff.removes:
+                last.append(Revoke(gid, tuple(_rule_id(r) for r in diff.removes)))
+            continue
+        final = diff.count - len(diff.removes) + len(diff.adds)
+        if final > limit:
+            refusals.append(
+                Refusal(
+                    f"{gid}: the desired state needs {final} ingress rules ({len(diff.unmanaged)} unmanaged), "
+                    f"over the quota of {limit}; lower the rule budget or raise the quota",
+                    gid,
+                )
+            )
+            continue
+        interleaver = _Interleaver(diff, bounds[gid], limit, search_budget)
+        try:
+            steps = interleaver.steps()
+        except _BudgetExhausted:
+            refusals.append(
+                Refusal(
+                    f"{gid}: gave up after {search_budget} safety checks looking for an order within the "
+                    f"quota of {limit} ingress rules (it has {diff.count}, adds {len(diff.adds)}: "
+                    f"{_listing(diff.adds)}); raise the quota or split the change",
+                    gid,
+                )
+            )
+            continue
+        if steps is None:
+            refusals.append(
+                Refusal(
+                    f"{gid}: no make-before-break order fits the quota of {limit} ingress rules: it has "
+                    f"{diff.count} and must add {_listing(diff.adds)}, but none of the rules it would replace "
+                    f"({_listing(diff.removes)}) can be revoked or modified first without denying traffic "
+                    f"that both the current and the desired rules allow; raise the quota or free a rule",
+                    gid,
+                )
+            )
+            continue
+        interleaved.extend(steps)
+        for step in steps:
+            if isinstance(step, Modify):
+                notes.append(
+                    f"{gid}: no quota headroom, so rule {step.rule_id} is modified in place to {step.rule.key} "
+                    "(ModifySecurityGroupRules; AWS does not document that traffic flows uninterrupted "
+                    "during the change)"
+                )
+
+    if refusals:
+        return Refusal("; ".join(r.reason for r in refusals), refusals[0].group_id)
+    plan = Plan(tuple(first + interleaved + last + relabels), tuple(notes))
+    violations = check_plan(plan, list(current), wanted, owner, limits, bounds)
+    if violations:  # a planner bug: never emit a plan that fails the checker
+        return Refusal("internal safety check failed: " + "; ".join(str(v) for v in violations[:3]))
+    return plan

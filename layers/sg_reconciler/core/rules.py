@@ -1,0 +1,252 @@
+"""Security-group rules as EC2 judges them.
+
+A rule's identity is what EC2 uses to reject a duplicate: group, protocol, ports and peer.
+The description does not count. Rules are read from and written to the shape that
+`aws ec2 describe-security-group-rules` prints, so files, plans and execution input share
+one format.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+OWNER_TAG_KEY = "sg-reconciler/owner"
+PLAN_TAG_KEY = "sg-reconciler/plan-id"
+DEFAULT_OWNER = "sg-reconciler"
+DEFAULT_MAX_RULES_PER_GROUP = 60
+
+PeerKind = Literal["cidr4", "cidr6", "prefix_list", "group"]
+
+_PROTOCOL_NAMES = {"6": "tcp", "17": "udp", "1": "icmp", "58": "icmpv6", "all": "-1"}
+_PROTOCOL_NUMBERS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}
+_PORTED = frozenset({"tcp", "udp"})
+_ICMP = frozenset({"icmp", "icmpv6"})
+_PEER_FIELDS = ("CidrIpv4", "CidrIpv6", "PrefixListId", "ReferencedGroupInfo")
+
+
+class RuleError(ValueError):
+    """A rule document that EC2 would reject or that does not describe one rule."""
+
+
+@dataclass(frozen=True, order=True)
+class Peer:
+    """The source of an ingress rule; values are normalised (CIDR host bits cleared)."""
+
+    kind: PeerKind
+    value: str
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, order=True)
+class RuleKey:
+    """EC2's duplicate identity: two rules with one key cannot coexist in a group."""
+
+    group_id: str
+    protocol: str
+    from_port: int
+    to_port: int
+    peer: Peer
+
+    def __str__(self) -> str:
+        return f"{self.group_id} {describe_ports(self.protocol, self.from_port, self.to_port)} from {self.peer}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ingress rule, existing (with id and tags) or desired (without)."""
+
+    key: RuleKey
+    description: str = ""
+    rule_id: str | None = None
+    tags: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def group_id(self) -> str:
+        return self.key.group_id
+
+    def tag(self, name: str) -> str | None:
+        return next((v for k, v in self.tags if k == name), None)
+
+    def owned_by(self, owner: str) -> bool:
+        return self.tag(OWNER_TAG_KEY) == owner
+
+    def __str__(self) -> str:
+        ident = f"{self.rule_id} " if self.rule_id else ""
+        return f"{ident}({self.key})"
+
+
+def describe_ports(protocol: str, from_port: int, to_port: int) -> str:
+    if protocol == "-1":
+        return "all traffic"
+    if protocol in _ICMP:
+        return f"{protocol} type {from_port} code {to_port}"
+    if protocol not in _PORTED:
+        return f"protocol {protocol}"
+    ports = str(from_port) if from_port == to_port else f"{from_port}-{to_port}"
+    return f"{protocol} {ports}"
+
+
+def normalize_protocol(raw: object) -> str:
+    """Map EC2's protocol spellings to the names describe prints: tcp, udp, icmp, -1, "50"."""
+    text = str(raw).strip().lower()
+    if text in _PROTOCOL_NUMBERS or text == "-1":
+        return text
+    if text in _PROTOCOL_NAMES:
+        return _PROTOCOL_NAMES[text]
+    if text.isdigit() and 0 <= int(text) <= 255:
+        return str(int(text))
+    raise RuleError(f"unknown protocol {raw!r}")
+
+
+def protocol_number(protocol: str) -> int | None:
+    """IANA number of a normalised protocol; None for -1 (all protocols)."""
+    if protocol == "-1":
+        return None
+    return _PROTOCOL_NUMBERS.get(protocol, int(protocol) if protocol.isdigit() else None)
+
+
+def _normalize_ports(protocol: str, from_raw: object, to_raw: object) -> tuple[int, int]:
+    if protocol not in _PORTED and protocol not in _ICMP:
+        # EC2 ignores ports for all-traffic and for protocols without ports.
+        return -1, -1
+    try:
+        from_port = int(from_raw)  # type: ignore[call-overload]
+        to_port = int(to_raw)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise RuleError(f"{protocol} needs integer FromPort and ToPort") from None
+    if protocol in _ICMP:
+        if not (-1 <= from_port <= 255 and -1 <= to_port <= 255):
+            raise RuleError(f"ICMP type {from_port} / code {to_port} out of range -1..255")
+        return from_port, to_port
+    if not (0 <= from_port <= 65535 and 0 <= to_port <= 65535):
+        raise RuleError(f"ports {from_port}-{to_port} out of range 0..65535")
+    if from_port > to_port:
+        raise RuleError(f"FromPort {from_port} is greater than ToPort {to_port}")
+    return from_port, to_port
+
+
+def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
+    present = [name for name in _PEER_FIELDS if doc.get(name) not in (None, "", {})]
+    if len(present) != 1:
+        found = ", ".join(present) or "none"
+        raise RuleError(
+            f"a rule needs exactly one peer of {', '.join(_PEER_FIELDS)}; found {found}"
+        )
+    name = present[0]
+    value = doc[name]
+    try:
+        if name == "CidrIpv4":
+            return Peer("cidr4", str(ipaddress.IPv4Network(str(value), strict=False)))
+        if name == "CidrIpv6":
+            return Peer("cidr6", str(ipaddress.IPv6Network(str(value), strict=False)))
+    except ValueError:
+        raise RuleError(f"invalid {name} {value!r}") from None
+    if name == "PrefixListId":
+        return Peer("prefix_list", str(value))
+    group = value.get("GroupId") if isinstance(value, Mapping) else None
+    if not group:
+        raise RuleError("ReferencedGroupInfo needs a GroupId")
+    return Peer("group", str(group))
+
+
+def _normalize_tags(raw: object) -> tuple[tuple[str, str], ...]:
+    if raw in (None, []):
+        return ()
+    if not isinstance(raw, list) or not all(
+        isinstance(t, Mapping) and "Key" in t and "Value" in t for t in raw
+    ):
+        raise RuleError("Tags must be a list of {Key, Value}")
+    return tuple(sorted((str(t["Key"]), str(t["Value"])) for t in raw))
+
+
+def is_egress(doc: Mapping[str, Any]) -> bool:
+    flag = doc.get("IsEgress", False)
+    if not isinstance(flag, bool):
+        raise RuleError(f"IsEgress must be true or false, not {flag!r}")
+    return flag
+
+
+def rule_from_dict(doc: object) -> Rule:
+    """Parse one rule in describe-security-group-rules shape (ingress or egress alike)."""
+    if not isinstance(doc, Mapping):
+        raise RuleError("a rule must be a JSON object")
+    group_id = doc.get("GroupId")
+    if not isinstance(group_id, str) or not group_id:
+        raise RuleError("a rule needs a GroupId")
+    if "IpProtocol" not in doc:
+        raise RuleError("a rule needs an IpProtocol")
+    protocol = normalize_protocol(doc["IpProtocol"])
+    from_port, to_port = _normalize_ports(protocol, doc.get("FromPort"), doc.get("ToPort"))
+    description = doc.get("Description") or ""
+    if not isinstance(description, str):
+        raise RuleError("Description must be a string")
+    rule_id = doc.get("SecurityGroupRuleId")
+    if rule_id is not None and (not isinstance(rule_id, str) or not rule_id):
+        raise RuleError("SecurityGroupRuleId must be a non-empty string")
+    return Rule(
+        key=RuleKey(group_id, protocol, from_port, to_port, _normalize_peer(doc)),
+        description=description,
+        rule_id=rule_id,
+        tags=_normalize_tags(doc.get("Tags")),
+    )
+
+
+def label(doc: object, index: int) -> str:
+    """Name a raw rule document in an error message, even when it does not parse."""
+    if isinstance(doc, Mapping):
+        parts = [str(doc.get(k)) for k in ("SecurityGroupRuleId", "GroupId") if doc.get(k)]
+        parts += [f"{k}={doc[k]}" for k in ("IpProtocol", "FromPort", "ToPort") if k in doc]
+        if parts:
+            return f"rule #{index} ({' '.join(parts)})"
+    return f"rule #{index}"
+
+
+def rule_to_dict(rule: Rule, *, with_identity: bool = True) -> dict[str, Any]:
+    """Write a rule in describe-security-group-rules shape."""
+    key = rule.key
+    doc: dict[str, Any] = {
+        "GroupId": key.group_id,
+        "IsEgress": False,
+        "IpProtocol": key.protocol,
+        "FromPort": key.from_port,
+        "ToPort": key.to_port,
+    }
+    if key.peer.kind == "cidr4":
+        doc["CidrIpv4"] = key.peer.value
+    elif key.peer.kind == "cidr6":
+        doc["CidrIpv6"] = key.peer.value
+    elif key.peer.kind == "prefix_list":
+        doc["PrefixListId"] = key.peer.value
+    else:
+        doc["ReferencedGroupInfo"] = {"GroupId": key.peer.value}
+    if rule.description:
+        doc["Description"] = rule.description
+    if with_identity and rule.rule_id:
+        doc["SecurityGroupRuleId"] = rule.rule_id
+    if with_identity and rule.tags:
+        doc["Tags"] = [{"Key": k, "Value": v} for k, v in rule.tags]
+    return doc
+
+
+def ingress_rules(docs: Iterable[object], what: str) -> list[Rule]:
+    """Parse a rule list, skipping egress rules; errors name the offending rule."""
+    rules: list[Rule] = []
+    seen_ids: set[str] = set()
+    for index, doc in enumerate(docs):
+        try:
+            if isinstance(doc, Mapping) and is_egress(doc):
+                continue
+            rule = rule_from_dict(doc)
+        except RuleError as err:
+            raise RuleError(f"{what} {label(doc, index)}: {err}") from None
+        if rule.rule_id is not None:
+            if rule.rule_id in seen_ids:
+                raise RuleError(f"{what} {label(doc, index)}: duplicate SecurityGroupRuleId")
+            seen_ids.add(rule.rule_id)
+        rules.append(rule)
+    return rules

@@ -1,0 +1,195 @@
+"""Simulate a plan call by call and check the safety invariants at every state.
+
+Invariants (DESIGN.md): 1 no loss (OLD ∩ NEW always allowed), 2 no over-exposure (nothing
+outside OLD ∪ NEW), 3 ownership (only owned rules revoked or modified), 5 quota (no call
+pushes a group past its limit), and the final state equals the desired one. A multi-rule
+call may apply partly; checking the states before and after each call covers those partial
+states too, because an authorize only adds and a revoke only removes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
+from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleKey
+from sg_reconciler.core.traffic import Traffic
+
+LimitOf = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Violation:
+    step: int  # index of the call after which it holds; -1 for the final state
+    invariant: str
+    group_id: str
+    detail: str
+
+    def __str__(self) -> str:
+        where = "final state" if self.step < 0 else f"after step {self.step}"
+        return f"{where}: {self.invariant} in {self.group_id}: {self.detail}"
+
+
+@dataclass
+class GroupBounds:
+    """OLD and NEW of one group: rule keys for the cheap check, traffic for the exact one."""
+
+    old_keys: frozenset[RuleKey]
+    new_keys: frozenset[RuleKey]
+    _must_keep: Traffic | None = None
+    _may_allow: Traffic | None = None
+
+    @property
+    def must_keep(self) -> Traffic:
+        if self._must_keep is None:
+            self._must_keep = Traffic.of(self.old_keys) & Traffic.of(self.new_keys)
+        return self._must_keep
+
+    @property
+    def may_allow(self) -> Traffic:
+        if self._may_allow is None:
+            self._may_allow = Traffic.of(self.old_keys | self.new_keys)
+        return self._may_allow
+
+    def loses_traffic(self, keys: frozenset[RuleKey]) -> Traffic:
+        """What OLD ∩ NEW traffic `keys` does not allow (empty when safe)."""
+        if self.old_keys <= keys or self.new_keys <= keys:
+            return Traffic()  # supersets of a bound allow at least OLD ∩ NEW
+        return self.must_keep - Traffic.of(keys)
+
+    def over_exposes(self, keys: frozenset[RuleKey]) -> Traffic:
+        """What `keys` allow outside OLD ∪ NEW (empty when safe)."""
+        if keys <= self.old_keys | self.new_keys:
+            return Traffic()
+        return Traffic.of(keys) - self.may_allow
+
+
+def group_bounds(
+    current: Iterable[Rule], desired: Iterable[Rule], owner: str
+) -> dict[str, GroupBounds]:
+    """OLD = the current ingress rules; NEW = unmanaged rules plus the desired managed rules."""
+    old: dict[str, set[RuleKey]] = {}
+    new: dict[str, set[RuleKey]] = {}
+    for rule in current:
+        old.setdefault(rule.group_id, set()).add(rule.key)
+        if not rule.owned_by(owner):
+            new.setdefault(rule.group_id, set()).add(rule.key)
+    for rule in desired:
+        new.setdefault(rule.group_id, set()).add(rule.key)
+    return {
+        g: GroupBounds(frozenset(old.get(g, ())), frozenset(new.get(g, ())))
+        for g in old.keys() | new.keys()
+    }
+
+
+def check_plan(
+    plan: Plan,
+    current: list[Rule],
+    desired: list[Rule],
+    owner: str,
+    limits: LimitOf,
+    bounds: dict[str, GroupBounds] | None = None,
+) -> list[Violation]:
+    """Every violation of the invariants, in call order; an empty list means the plan is safe."""
+    bounds = bounds if bounds is not None else group_bounds(current, desired, owner)
+    state: dict[str, dict[str, Rule]] = {}
+    for rule in current:
+        state.setdefault(rule.group_id, {})[rule.rule_id or f"unnamed-{id(rule)}"] = rule
+    violations: list[Violation] = []
+    owner_tags = ((OWNER_TAG_KEY, owner),)
+
+    for index, step in enumerate(plan.steps):
+        rules = state.setdefault(step.group_id, {})
+        before = len(rules)
+        present = {r.key for r in rules.values()}
+
+        def bad(
+            invariant: str, detail: str, *, at: int = index, group: str = step.group_id
+        ) -> None:
+            violations.append(Violation(at, invariant, group, detail))
+
+        if isinstance(step, Authorize):
+            for n, rule in enumerate(step.rules):
+                if rule.group_id != step.group_id:
+                    bad("call shape", f"rule {rule} is for another group")
+                elif rule.key in present:
+                    bad("call shape", f"{rule.key} already exists: EC2 rejects the duplicate")
+                present.add(rule.key)
+                rules[f"new-{index}-{n}"] = replace(
+                    rule, rule_id=f"new-{index}-{n}", tags=owner_tags
+                )
+        elif isinstance(step, Revoke):
+            for rule_id in step.rule_ids:
+                target = rules.get(rule_id)
+                if target is None:
+                    bad("call shape", f"rule {rule_id} does not exist in the group")
+                elif not target.owned_by(owner):
+                    bad("3 ownership", f"revokes unmanaged rule {target}")
+                else:
+                    del rules[rule_id]
+        elif isinstance(step, Modify):
+            target = rules.get(step.rule_id)
+            if target is None:
+                bad("call shape", f"rule {step.rule_id} does not exist in the group")
+            elif not target.owned_by(owner):
+                bad("3 ownership", f"modifies unmanaged rule {target}")
+            elif target.key.peer.kind != step.rule.key.peer.kind:
+                bad("call shape", f"modify cannot change the peer type of {target}")
+            elif step.rule.key != target.key and step.rule.key in present:
+                bad("call shape", f"{step.rule.key} already exists: EC2 rejects the duplicate")
+            else:
+                rules[step.rule_id] = replace(step.rule, rule_id=step.rule_id, tags=target.tags)
+
+        limit = limits(step.group_id)
+        if len(rules) > limit and len(rules) > before:
+            bad("5 quota", f"{len(rules)} ingress rules exceed the limit of {limit}")
+        _check_traffic(bounds, step.group_id, rules.values(), index, violations)
+
+    for group_id, group in sorted(bounds.items()):
+        keys = frozenset(r.key for r in state.get(group_id, {}).values())
+        if keys != group.new_keys:
+            missing = ", ".join(str(k) for k in sorted(group.new_keys - keys)) or "none"
+            extra = ", ".join(str(k) for k in sorted(keys - group.new_keys)) or "none"
+            violations.append(
+                Violation(
+                    -1,
+                    "outcome",
+                    group_id,
+                    f"not the desired rules; missing {missing}; extra {extra}",
+                )
+            )
+    wanted = {r.key: r.description for r in desired}
+    for group_id, rules in state.items():
+        for rule in rules.values():
+            if rule.owned_by(owner) and rule.key in wanted and wanted[rule.key] != rule.description:
+                violations.append(
+                    Violation(
+                        -1, "outcome", group_id, f"{rule} keeps description {rule.description!r}"
+                    )
+                )
+    return violations
+
+
+def _check_traffic(
+    bounds: dict[str, GroupBounds],
+    group_id: str,
+    rules: Iterable[Rule],
+    index: int,
+    violations: list[Violation],
+) -> None:
+    group = bounds.get(group_id)
+    if group is None:
+        violations.append(
+            Violation(index, "scope", group_id, "the plan changes a group outside its scope")
+        )
+        return
+    keys = frozenset(r.key for r in rules)
+    lost = group.loses_traffic(keys)
+    if lost:
+        violations.append(Violation(index, "1 no loss", group_id, f"denies {lost.describe()}"))
+    exposed = group.over_exposes(keys)
+    if exposed:
+        violations.append(
+            Violation(index, "2 no over-exposure", group_id, f"allows {exposed.describe()}")
+        )

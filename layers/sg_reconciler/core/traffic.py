@@ -1,0 +1,179 @@
+"""Allowed traffic as sets of (group, peer, protocol, port), by interval arithmetic.
+
+Safety is judged on what traffic the rules allow, not on the rules themselves: an old
+31000-32000 rule and a new 31000-32500 rule overlap, a /16 contains a /24 and protocol -1
+covers TCP. Each (group, peer family) holds a canonical union of boxes over three integer
+dimensions (peer address, protocol number, port), so a rule costs the same whatever its
+width, and two sets are equal exactly when their canonical forms are.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from sg_reconciler.core.rules import Peer, Rule, RuleKey, protocol_number
+
+# A canonical union of boxes: a sorted tuple of disjoint half-open intervals on the first
+# dimension, each with the canonical set of the remaining dimensions; adjacent intervals with
+# equal children are merged. The last dimension's children are the empty tuple.
+Cells = tuple[tuple[int, int, "Cells"], ...]
+Box = tuple[tuple[int, int], ...]
+FamilyKey = tuple[str, str]  # (group id, peer family: "ipv4", "ipv6", "pl-...", "sg-...")
+
+_EMPTY: Cells = ()
+_DIMENSIONS = 3
+ALL_PROTOCOLS = (0, 256)
+ALL_PORTS = (0, 65536)
+
+
+def _combine(a: Cells, b: Cells, depth: int, keep: Callable[[bool, bool], bool]) -> Cells:
+    """Pointwise boolean combination of two canonical sets."""
+    if not a and not b:
+        return _EMPTY
+    points = sorted(
+        {x for lo, hi, _ in a for x in (lo, hi)} | {x for lo, hi, _ in b for x in (lo, hi)}
+    )
+    out: list[tuple[int, int, Cells]] = []
+    ia = ib = 0
+    last = depth == _DIMENSIONS - 1
+    for lo, hi in itertools.pairwise(points):
+        while ia < len(a) and a[ia][1] <= lo:
+            ia += 1
+        while ib < len(b) and b[ib][1] <= lo:
+            ib += 1
+        ca = a[ia][2] if ia < len(a) and a[ia][0] <= lo else None
+        cb = b[ib][2] if ib < len(b) and b[ib][0] <= lo else None
+        if last:
+            present = keep(ca is not None, cb is not None)
+            child: Cells | None = _EMPTY if present else None
+        else:
+            merged = _combine(ca or _EMPTY, cb or _EMPTY, depth + 1, keep)
+            child = merged or None
+        if child is None:
+            continue
+        if out and out[-1][1] == lo and out[-1][2] == child:
+            out[-1] = (out[-1][0], hi, child)
+        else:
+            out.append((lo, hi, child))
+    return tuple(out)
+
+
+def _from_boxes(boxes: list[Box], depth: int = 0) -> Cells:
+    if not boxes:
+        return _EMPTY
+    points = sorted({x for box in boxes for x in box[depth]})
+    out: list[tuple[int, int, Cells]] = []
+    for lo, hi in itertools.pairwise(points):
+        covering = [box for box in boxes if box[depth][0] <= lo and hi <= box[depth][1]]
+        if not covering:
+            continue
+        child = _EMPTY if depth == _DIMENSIONS - 1 else _from_boxes(covering, depth + 1)
+        if out and out[-1][1] == lo and out[-1][2] == child:
+            out[-1] = (out[-1][0], hi, child)
+        else:
+            out.append((lo, hi, child))
+    return tuple(out)
+
+
+def _contains(cells: Cells, point: tuple[int, ...]) -> bool:
+    for value in point:
+        for lo, hi, child in cells:
+            if lo <= value < hi:
+                cells = child
+                break
+        else:
+            return False
+    return True
+
+
+def peer_family(peer: Peer) -> tuple[str, int, int]:
+    """The peer's family and its address interval (half-open) within that family."""
+    if peer.kind in ("cidr4", "cidr6"):
+        net = ipaddress.ip_network(peer.value)
+        start = int(net.network_address)
+        return ("ipv4" if peer.kind == "cidr4" else "ipv6"), start, start + net.num_addresses
+    return peer.value, 0, 1
+
+
+def key_box(key: RuleKey) -> tuple[FamilyKey, Box]:
+    """The traffic one rule allows, as a box in its (group, peer family)."""
+    family, addr_lo, addr_hi = peer_family(key.peer)
+    number = protocol_number(key.protocol)
+    protocols = ALL_PROTOCOLS if number is None else (number, number + 1)
+    if key.protocol in ("tcp", "udp"):
+        ports = (key.from_port, key.to_port + 1)
+    elif key.protocol in ("icmp", "icmpv6"):
+        # ICMP type and code share the port dimension: type * 256 + code; -1 means all.
+        if key.from_port == -1:
+            ports = ALL_PORTS
+        elif key.to_port == -1:
+            ports = (key.from_port * 256, key.from_port * 256 + 256)
+        else:
+            ports = (key.from_port * 256 + key.to_port, key.from_port * 256 + key.to_port + 1)
+    else:
+        ports = ALL_PORTS
+    return (key.group_id, family), ((addr_lo, addr_hi), protocols, ports)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """An immutable set of allowed (group, peer, protocol, port) tuples."""
+
+    parts: tuple[tuple[FamilyKey, Cells], ...] = ()
+
+    @classmethod
+    def of(cls, rules: Iterable[Rule | RuleKey]) -> Traffic:
+        boxes: dict[FamilyKey, list[Box]] = {}
+        for item in rules:
+            family, box = key_box(item.key if isinstance(item, Rule) else item)
+            boxes.setdefault(family, []).append(box)
+        return cls(tuple(sorted((fam, _from_boxes(bs)) for fam, bs in boxes.items())))
+
+    def _zip(self, other: Traffic, keep: Callable[[bool, bool], bool]) -> Traffic:
+        mine, theirs = dict(self.parts), dict(other.parts)
+        parts = []
+        for family in sorted(mine.keys() | theirs.keys()):
+            cells = _combine(mine.get(family, _EMPTY), theirs.get(family, _EMPTY), 0, keep)
+            if cells:
+                parts.append((family, cells))
+        return Traffic(tuple(parts))
+
+    def __or__(self, other: Traffic) -> Traffic:
+        return self._zip(other, lambda x, y: x or y)
+
+    def __and__(self, other: Traffic) -> Traffic:
+        return self._zip(other, lambda x, y: x and y)
+
+    def __sub__(self, other: Traffic) -> Traffic:
+        return self._zip(other, lambda x, y: x and not y)
+
+    def __le__(self, other: Traffic) -> bool:
+        return not (self - other)
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def groups(self) -> set[str]:
+        return {group for (group, _), _ in self.parts}
+
+    def allows(self, group_id: str, peer: Peer, protocol: int, port: int) -> bool:
+        """Whether one concrete flow is allowed: a single address peer, protocol number, port."""
+        family, addr, _ = peer_family(peer)
+        cells = dict(self.parts).get((group_id, family))
+        return cells is not None and _contains(cells, (addr, protocol, port))
+
+    def describe(self, limit: int = 5) -> str:
+        """A short human description for error messages (first few boxes)."""
+        lines: list[str] = []
+        for (group, family), cells in self.parts:
+            for _alo, _ahi, protos in cells:
+                for plo, phi, ports in protos:
+                    for lo, hi, _ in ports:
+                        lines.append(
+                            f"{group} from {family} proto {plo}-{phi - 1} ports {lo}-{hi - 1}"
+                        )
+        more = f" (+{len(lines) - limit} more)" if len(lines) > limit else ""
+        return "; ".join(lines[:limit]) + more

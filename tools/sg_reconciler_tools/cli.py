@@ -1,0 +1,118 @@
+"""`sg-reconciler`: plan security-group changes make-before-break.
+
+Exit codes: 0 a plan (possibly empty), 2 bad input, 3 no safe plan exists (refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sg_reconciler.core.plan import Plan, Refusal
+from sg_reconciler.core.planner import Limits, make_plan
+from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, RuleError
+
+from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
+from sg_reconciler_tools.render import render_plan
+
+EXIT_BAD_INPUT = 2
+EXIT_REFUSED = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit code 2, like every bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="sg-reconciler",
+        description="Keep security-group ingress rules in line with load balancers, make-before-break.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    plan = commands.add_parser(
+        "plan",
+        help="compute the ordered EC2 calls from current to desired rules (never writes)",
+        description=(
+            "Plan the change from the current rules to the desired managed rules: every "
+            "authorization before any revocation, within each group's rule quota. "
+            "Exit 0 with a plan, 2 on bad input, 3 when no safe order exists."
+        ),
+    )
+    plan.add_argument(
+        "--current",
+        type=Path,
+        required=True,
+        metavar="C.json",
+        help="output of 'aws ec2 describe-security-group-rules'",
+    )
+    plan.add_argument(
+        "--desired",
+        type=Path,
+        required=True,
+        metavar="D.json",
+        help="every desired managed ingress rule of the groups in scope, same shape",
+    )
+    plan.add_argument(
+        "--max-rules-per-group",
+        type=_positive,
+        default=DEFAULT_MAX_RULES_PER_GROUP,
+        metavar="N",
+        help="ingress rule quota per group (default %(default)s)",
+    )
+    plan.add_argument(
+        "--owner",
+        default=DEFAULT_OWNER,
+        help="value of the sg-reconciler/owner tag that marks managed rules (default %(default)s)",
+    )
+    plan.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for people (default), json for tools",
+    )
+    return parser
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    current = load_current(args.current)
+    desired = load_desired(args.desired)
+    try:
+        result: Plan | Refusal = make_plan(
+            current, desired, args.owner, Limits(args.max_rules_per_group)
+        )
+    except RuleError as err:
+        raise InputError(str(err)) from None
+    if args.output == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(render_plan(result))
+    return 0 if isinstance(result, Plan) else EXIT_REFUSED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return run_plan(args)
+    except InputError as err:
+        print(f"sg-reconciler: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
