@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/cfn-lint template.yaml
+	$(BIN)/statelint statemachine/*.asl.json
 
 typecheck: setup
 	$(BIN)/mypy layers tools functions

@@ -1,0 +1,13 @@
+"""Step 'Check the plan input'."""
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from sg_reconciler import workflow
+from sg_reconciler.observability import logger, tracer
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return workflow.check_plan(event)

@@ -1,0 +1,167 @@
+"""Thin boto3 adapter for security-group ingress rules: describe, authorize, revoke, modify.
+
+Every AWS error leaves as a typed error (sg_reconciler.errors). Writes are idempotent at the
+level the state machine needs: authorizing a rule that exists returns its id, revoking a rule
+that is gone succeeds. Revokes go by rule id only, never by consolidated permissions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, RuleKey, ingress_rules
+from sg_reconciler.errors import AwsCallFailed, NotOwned, NotYetVisible, from_aws_code
+
+_FILTER_CHUNK = 200  # values per describe filter
+
+
+@contextmanager
+def typed_aws_errors() -> Iterator[None]:
+    """Re-raise botocore ClientErrors as the typed errors Step Functions matches."""
+    try:
+        yield
+    except ClientError as err:
+        error = err.response.get("Error", {})
+        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        raise from_aws_code(
+            str(error.get("Code", "Unknown")), str(error.get("Message", "")), status
+        ) from None
+
+
+def ip_permission(rule: Rule) -> dict[str, Any]:
+    """One rule as an IpPermissions entry of AuthorizeSecurityGroupIngress."""
+    key = rule.key
+    perm: dict[str, Any] = {
+        "IpProtocol": key.protocol,
+        "FromPort": key.from_port,
+        "ToPort": key.to_port,
+    }
+    described = {"Description": rule.description} if rule.description else {}
+    if key.peer.kind == "cidr4":
+        perm["IpRanges"] = [{"CidrIp": key.peer.value, **described}]
+    elif key.peer.kind == "cidr6":
+        perm["Ipv6Ranges"] = [{"CidrIpv6": key.peer.value, **described}]
+    elif key.peer.kind == "prefix_list":
+        perm["PrefixListIds"] = [{"PrefixListId": key.peer.value, **described}]
+    else:
+        perm["UserIdGroupPairs"] = [{"GroupId": key.peer.value, **described}]
+    return perm
+
+
+def rule_request(rule: Rule) -> dict[str, Any]:
+    """One rule as the SecurityGroupRule of ModifySecurityGroupRules."""
+    key = rule.key
+    request: dict[str, Any] = {
+        "IpProtocol": key.protocol,
+        "FromPort": key.from_port,
+        "ToPort": key.to_port,
+    }
+    field = {
+        "cidr4": "CidrIpv4",
+        "cidr6": "CidrIpv6",
+        "prefix_list": "PrefixListId",
+        "group": "ReferencedGroupId",
+    }
+    request[field[key.peer.kind]] = key.peer.value
+    if rule.description:
+        request["Description"] = rule.description
+    return request
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+class SecurityGroupRules:
+    """Reads and writes the ingress rules of security groups through one EC2 client."""
+
+    def __init__(self, ec2: Any) -> None:
+        self.ec2 = ec2
+
+    def _describe(self, filters: list[dict[str, Any]]) -> list[Rule]:
+        docs: list[dict[str, Any]] = []
+        with typed_aws_errors():
+            for page in self.ec2.get_paginator("describe_security_group_rules").paginate(
+                Filters=filters
+            ):
+                docs.extend(page.get("SecurityGroupRules", []))
+        return ingress_rules(docs, "described")
+
+    def describe(self, group_ids: Sequence[str]) -> list[Rule]:
+        """All ingress rules of the groups (batched by filter, paginated)."""
+        rules: list[Rule] = []
+        for chunk in _chunks(sorted(set(group_ids)), _FILTER_CHUNK):
+            rules.extend(self._describe([{"Name": "group-id", "Values": chunk}]))
+        return rules
+
+    def tagged(self, group_ids: Sequence[str], owner: str, plan_id: str) -> list[Rule]:
+        """Rules an execution created: found by tags, because a write can apply while its caller sees an error."""
+        rules: list[Rule] = []
+        for chunk in _chunks(sorted(set(group_ids)), _FILTER_CHUNK):
+            rules.extend(
+                self._describe(
+                    [
+                        {"Name": "group-id", "Values": chunk},
+                        {"Name": f"tag:{OWNER_TAG_KEY}", "Values": [owner]},
+                        {"Name": f"tag:{PLAN_TAG_KEY}", "Values": [plan_id]},
+                    ]
+                )
+            )
+        return rules
+
+    def authorize(
+        self, group_id: str, rules: Sequence[Rule], owner: str, plan_id: str
+    ) -> dict[RuleKey, str]:
+        """Ensure the rules exist; returns the rule id for each key (existing ones included)."""
+        existing = {r.key: r.rule_id or "" for r in self.describe([group_id])}
+        missing = [r for r in rules if r.key not in existing]
+        if missing:
+            tags = [{"Key": OWNER_TAG_KEY, "Value": owner}, {"Key": PLAN_TAG_KEY, "Value": plan_id}]
+            try:
+                with typed_aws_errors():
+                    self.ec2.authorize_security_group_ingress(
+                        GroupId=group_id,
+                        IpPermissions=[ip_permission(r) for r in missing],
+                        TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": tags}],
+                    )
+            except AwsCallFailed as err:
+                # A concurrent writer (or a retried call that had applied) created some of them.
+                if err.code != "InvalidPermission.Duplicate":
+                    raise
+            existing = {r.key: r.rule_id or "" for r in self.describe([group_id])}
+            still_missing = [str(r.key) for r in missing if r.key not in existing]
+            if still_missing:
+                raise NotYetVisible(f"authorized rules not visible yet: {', '.join(still_missing)}")
+        return {r.key: existing[r.key] for r in rules}
+
+    def revoke(self, group_id: str, rule_ids: Sequence[str], owner: str) -> list[str]:
+        """Revoke the owned rules among `rule_ids` that still exist; returns the ids revoked."""
+        present = {r.rule_id: r for r in self.describe([group_id]) if r.rule_id in set(rule_ids)}
+        foreign = [str(r) for r in present.values() if not r.owned_by(owner)]
+        if foreign:
+            raise NotOwned(f"refusing to revoke rules without the owner tag: {', '.join(foreign)}")
+        ids = sorted(i for i in present if i)
+        if ids:
+            with typed_aws_errors():
+                self.ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=ids)
+        return ids
+
+    def modify(self, group_id: str, rule_id: str, rule: Rule, owner: str) -> None:
+        """Rewrite an owned rule in place (same id, tags kept)."""
+        target = next((r for r in self.describe([group_id]) if r.rule_id == rule_id), None)
+        if target is not None and not target.owned_by(owner):
+            raise NotOwned(f"refusing to modify rule {target} without the owner tag")
+        if target is not None and target.key == rule.key and target.description == rule.description:
+            return
+        with typed_aws_errors():
+            self.ec2.modify_security_group_rules(
+                GroupId=group_id,
+                SecurityGroupRules=[
+                    {"SecurityGroupRuleId": rule_id, "SecurityGroupRule": rule_request(rule)}
+                ],
+            )

@@ -1,0 +1,125 @@
+"""Errors named for the state machine: Retry and Catch match these class names exactly.
+
+A Lambda step that raises one of these reports `errorType` = the class name, which Step
+Functions uses as the error name. AWS error codes are mapped to them by exact code, never by
+matching message text.
+"""
+
+from __future__ import annotations
+
+
+class ReconcilerError(Exception):
+    """Base class; the message is the cause shown in the console, `code` the AWS error code if any."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Throttled(ReconcilerError):
+    """The API's rate limit answered (RequestLimitExceeded, ThrottlingException): retry with backoff."""
+
+
+class TransientAwsError(ReconcilerError):
+    """A server-side error (InternalError, 5xx, Unavailable): retry with backoff."""
+
+
+class AccessDenied(ReconcilerError):
+    """IAM denied the call (UnauthorizedOperation, AccessDenied): not retried."""
+
+
+class QuotaExceeded(ReconcilerError):
+    """The group would pass its rule quota (RulesPerSecurityGroupLimitExceeded)."""
+
+
+class GroupNotFound(ReconcilerError):
+    """The security group no longer exists (InvalidGroup.NotFound)."""
+
+
+class NotOwned(ReconcilerError):
+    """A step would revoke or modify a rule without the owner tag (invariant 3)."""
+
+
+class AwsCallFailed(ReconcilerError):
+    """Any other AWS error, with its code in the message."""
+
+
+class InvalidPlan(ReconcilerError):
+    """The execution input is not a valid plan: rejected before any lock or write."""
+
+
+class PlanRefused(ReconcilerError):
+    """The refreshed plan cannot be ordered safely within the quota."""
+
+
+class LockBusy(ReconcilerError):
+    """Another execution holds a group's lock: wait and retry."""
+
+
+class LockLost(ReconcilerError):
+    """This execution's lease on a group expired and another execution took it."""
+
+
+class NotYetVisible(ReconcilerError):
+    """Rules just written are not yet visible to describe (eventual consistency): retry."""
+
+
+class NotConverged(ReconcilerError):
+    """After the revoke phase the groups still differ from the plan's target."""
+
+
+class BadConfiguration(ReconcilerError):
+    """A function's environment or the policy document is invalid."""
+
+
+THROTTLE_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestThrottled",
+        "SlowDown",
+    }
+)
+TRANSIENT_CODES = frozenset(
+    {
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "Unavailable",
+        "InternalServerError",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    }
+)
+DENIED_CODES = frozenset(
+    {
+        "UnauthorizedOperation",
+        "AccessDenied",
+        "AccessDeniedException",
+        "UnauthorizedAccess",
+        "AuthFailure",
+    }
+)
+QUOTA_CODES = frozenset({"RulesPerSecurityGroupLimitExceeded", "SecurityGroupLimitExceeded"})
+GROUP_GONE_CODES = frozenset(
+    {"InvalidGroup.NotFound", "InvalidGroupId.NotFound", "InvalidGroupId.Malformed"}
+)
+
+
+def from_aws_code(code: str, message: str, status: int | None = None) -> ReconcilerError:
+    """The typed error for an AWS error code (exact match)."""
+    kind: type[ReconcilerError] = AwsCallFailed
+    if code in THROTTLE_CODES:
+        kind = Throttled
+    elif code in DENIED_CODES:
+        kind = AccessDenied
+    elif code in QUOTA_CODES:
+        kind = QuotaExceeded
+    elif code in GROUP_GONE_CODES:
+        kind = GroupNotFound
+    elif code in TRANSIENT_CODES or (status is not None and status >= 500):
+        kind = TransientAwsError
+    return kind(f"{code}: {message}", code)

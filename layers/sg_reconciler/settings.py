@@ -1,0 +1,55 @@
+"""Function configuration: one pydantic model per function, read from the environment.
+
+Handlers load their settings at the start of each invocation (cheap, and tests can set the
+environment without re-importing); logic receives the model and never reads os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sg_reconciler.core.rules import DEFAULT_OWNER
+from sg_reconciler.errors import BadConfiguration
+
+
+class _FromEnvironment(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class StepSettings(_FromEnvironment):
+    """Settings of the state machine's step functions (the owner name comes from the policy)."""
+
+    lock_table: str = Field("", alias="LOCK_TABLE_NAME")
+    lease_seconds: int = Field(900, alias="LOCK_LEASE_SECONDS", ge=60, le=86_400)
+    policy_parameter: str = Field("", alias="POLICY_PARAMETER_NAME")
+
+
+class PlannerSettings(_FromEnvironment):
+    """Settings of the planner function."""
+
+    owner: str = Field(DEFAULT_OWNER, alias="OWNER_NAME", min_length=1)
+    policy_parameter: str = Field(alias="POLICY_PARAMETER_NAME", min_length=1)
+    state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", min_length=1)
+    own_role_arns: str = Field("", alias="OWN_ROLE_ARNS", description="comma-separated role ARNs")
+    account_id: str = Field("", alias="ACCOUNT_ID")
+    region: str = Field("", alias="AWS_REGION")
+
+    @property
+    def own_roles(self) -> frozenset[str]:
+        return frozenset(a.strip() for a in self.own_role_arns.split(",") if a.strip())
+
+
+Settings = TypeVar("Settings", bound=_FromEnvironment)
+
+
+def load_settings(model: type[Settings]) -> Settings:
+    """Validate the environment into `model`; a bad value is a BadConfiguration naming the variable."""
+    try:
+        return model.model_validate(dict(os.environ))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadConfiguration(f"environment variable {where}: {first['msg']}") from None

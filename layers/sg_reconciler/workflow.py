@@ -1,0 +1,224 @@
+"""The logic of the state machine's Lambda steps, one function per step.
+
+Each function takes the step's input (validated by a pydantic model) and the adapters it
+needs, and returns the JSON the state machine stores. Errors are the typed errors of
+sg_reconciler.errors, so Retry and Catch in the ASL match them by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sg_reconciler.adapters.locks import GroupLocks
+from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.core.phases import applied_problems, leftover_rule_ids, split_phases
+from sg_reconciler.core.plan import (
+    Authorize,
+    Modify,
+    Plan,
+    Refusal,
+    Revoke,
+    plan_from_dict,
+    step_from_dict,
+)
+from sg_reconciler.core.rules import RuleError
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.errors import GroupNotFound, InvalidPlan, NotYetVisible, PlanRefused
+
+_PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class CheckInput(_Input):
+    plan: dict[str, Any]
+    plan_id: str | None = None
+
+
+class LockInput(_Input):
+    groups: list[str] = Field(min_length=1)
+    holder: str = Field(min_length=1)
+
+
+class RefreshInput(_Input):
+    groups: list[str] = Field(min_length=1)
+    plan_id: str
+
+
+class ApplyItem(_Input):
+    group_id: str
+    steps: list[dict[str, Any]] = Field(min_length=1)
+
+
+class ApplyInput(_Input):
+    item: ApplyItem
+    plan_id: str
+    holder: str
+    owner: str = Field(min_length=1)
+
+
+class VerifyInput(_Input):
+    mode: str = Field(pattern="^(visible|final|leftovers)$")
+    plan: dict[str, Any]
+    groups: list[str]
+    plan_id: str
+    error: dict[str, Any] | None = None
+
+
+class RollbackInput(_Input):
+    groups: list[str]
+    plan_id: str
+    owner: str = Field(min_length=1)
+    error: dict[str, Any] | None = None
+
+
+def parse(model: type[_Input], event: object) -> Any:
+    """Validate a step's input; a bad one is an InvalidPlan that names the field."""
+    try:
+        return model.model_validate(event)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "input"
+        raise InvalidPlan(f"{where}: {first['msg']}") from None
+
+
+def check_plan(event: object) -> dict[str, Any]:
+    """'Check the plan input': a valid plan and a usable plan id, before any lock or write."""
+    checked = parse(CheckInput, event)
+    try:
+        plan = plan_from_dict(checked.plan)
+    except RuleError as err:
+        raise InvalidPlan(str(err)) from None
+    plan_id = checked.plan_id or plan.plan_id()
+    if not _PLAN_ID.match(plan_id):
+        raise InvalidPlan(f"plan_id {plan_id!r} must be 1-80 letters, digits, '-' or '_'")
+    if not plan.steps:
+        raise InvalidPlan("the plan has no steps")
+    return {"plan_id": plan_id, "groups": plan.groups}
+
+
+def acquire_locks(event: object, locks: GroupLocks, lease_seconds: int) -> dict[str, Any]:
+    request = parse(LockInput, event)
+    return {"held": locks.acquire(request.groups, request.holder, lease_seconds)}
+
+
+def release_locks(event: object, locks: GroupLocks) -> dict[str, Any]:
+    request = parse(LockInput, event)
+    return {"released": locks.release(request.groups, request.holder)}
+
+
+def refresh_plan(
+    event: object, replan: Callable[[Scope], Plan | Refusal], settle_seconds: int, owner: str
+) -> dict[str, Any]:
+    """'Refresh the plan under the locks': the plan as the account is now, for the locked groups."""
+    request = parse(RefreshInput, event)
+    result = replan(Scope(group_ids=frozenset(request.groups)))
+    if isinstance(result, Refusal):
+        raise PlanRefused(result.reason)
+    outside = sorted(set(result.groups) - set(request.groups))
+    if outside:
+        raise PlanRefused(
+            f"the refreshed plan also changes {', '.join(outside)}, which this execution has not locked; the next run plans them"
+        )
+    return {
+        "changed": bool(result.steps),
+        "plan": result.to_dict(),
+        "phases": split_phases(result).to_dict(),
+        "settle_seconds": settle_seconds,
+        "owner": owner,
+        "summary": summarize(result),
+    }
+
+
+def summarize(plan: Plan) -> dict[str, Any]:
+    """The execution's output: what changed, in numbers and notes."""
+    return {
+        "groups": plan.groups,
+        "rules_authorized": sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize)),
+        "rules_revoked": sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke)),
+        "rules_modified": sum(1 for s in plan.steps if isinstance(s, Modify)),
+        "calls": len(plan.steps),
+        "notes": list(plan.notes),
+    }
+
+
+def apply_steps(
+    event: object, rules: SecurityGroupRules, locks: GroupLocks, lease_seconds: int
+) -> dict[str, Any]:
+    """One group's calls, in order. Each is idempotent, so a retry re-runs the list safely."""
+    request = parse(ApplyInput, event)
+    group_id = request.item.group_id
+    try:
+        steps = [step_from_dict(s) for s in request.item.steps]
+    except RuleError as err:
+        raise InvalidPlan(str(err)) from None
+    if any(s.group_id != group_id for s in steps):
+        raise InvalidPlan(f"an item for {group_id} carries a step of another group")
+    owner = request.owner
+    locks.renew(group_id, request.holder, lease_seconds)
+    done: list[dict[str, Any]] = []
+    for step in steps:
+        if isinstance(step, Authorize):
+            ids = rules.authorize(group_id, step.rules, owner, request.plan_id)
+            done.append({"action": "authorize", "rule_ids": sorted(ids.values())})
+        elif isinstance(step, Revoke):
+            try:
+                revoked = rules.revoke(group_id, step.rule_ids, owner)
+            except GroupNotFound:
+                revoked = []  # the group and its rules are gone: nothing left to revoke
+            done.append({"action": "revoke", "rule_ids": revoked})
+        else:
+            rules.modify(group_id, step.rule_id, step.rule, owner)
+            done.append({"action": "modify", "rule_ids": [step.rule_id]})
+    return {"group_id": group_id, "calls": done}
+
+
+def verify(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
+    """'Verify ...' and 'Report the leftover rules': compare the plan with what describe shows."""
+    request = parse(VerifyInput, event)
+    try:
+        plan = plan_from_dict(request.plan)
+    except RuleError as err:
+        raise InvalidPlan(str(err)) from None
+    now = rules.describe(request.groups)
+    if request.mode == "leftovers":
+        leftovers = leftover_rule_ids(plan, now)
+        failure = request.error or {}
+        cause = (
+            f"stopped after {failure.get('Error', 'an error')} ({failure.get('Cause', 'no cause')}); "
+            f"the groups keep every new rule and {len(leftovers)} stale rule(s) "
+            f"{', '.join(leftovers) or ''}; the next run removes them"
+        )
+        return {"leftover_rule_ids": leftovers, "cause": cause}
+    problems = applied_problems(plan, now, final=request.mode == "final")
+    if problems:
+        raise NotYetVisible("; ".join(problems[:5]))
+    return {"mode": request.mode, "checked_rules": len(now)}
+
+
+def roll_back(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
+    """Compensation: revoke exactly the rules this execution created, found by their tags."""
+    request = parse(RollbackInput, event)
+    owner = request.owner
+    added = rules.tagged(request.groups, owner, request.plan_id)
+    by_group: dict[str, list[str]] = {}
+    for rule in added:
+        by_group.setdefault(rule.group_id, []).append(rule.rule_id or "")
+    revoked: list[str] = []
+    for group_id, ids in sorted(by_group.items()):
+        try:
+            revoked += rules.revoke(group_id, ids, owner)
+        except GroupNotFound:
+            continue
+    failure = request.error or {}
+    cause = (
+        f"{failure.get('Error', 'an error')} during the authorize phase ({failure.get('Cause', 'no cause')}); "
+        f"revoked the {len(revoked)} rule(s) this execution had added, the groups are as before"
+    )
+    return {"revoked_rule_ids": sorted(revoked), "cause": cause}
