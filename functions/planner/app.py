@@ -1,0 +1,83 @@
+"""Planner Lambda: SQS batches of CloudTrail events (and the drift-repair schedule) to one plan."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from sg_reconciler.adapters.aws_clients import client
+from sg_reconciler.adapters.executions import start_execution
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.observability import logger, metrics, tracer
+from sg_reconciler.planning_service import plan_batch
+from sg_reconciler.policy import load_policy_from_ssm
+from sg_reconciler.reconcile import LivePlan, compute_live_plan
+from sg_reconciler.settings import PlannerSettings, load_settings
+from sg_reconciler.trigger.scope import Parsed, parse_record
+
+
+def _records(event: dict[str, Any], settings: PlannerSettings) -> list[tuple[str, Parsed]]:
+    """SQS records (message id, parsed body), or the scheduled event itself."""
+
+    def parse(body: Any) -> Parsed:
+        return parse_record(
+            body,
+            account_id=settings.account_id,
+            region=settings.region,
+            own_role_arns=settings.own_roles,
+        )
+
+    if isinstance(event.get("Records"), list):
+        return [
+            (str(r.get("messageId", i)), parse(r.get("body", "")))
+            for i, r in enumerate(event["Records"])
+        ]
+    return [(str(event.get("id", "event")), parse(event))]
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = load_settings(PlannerSettings)
+    records = _records(event, settings)
+    event_ids = sorted({p.event_id for _, p in records if p.event_id})
+    if event_ids:
+        logger.set_correlation_id(event_ids[0])
+    logger.append_keys(event_ids=event_ids[:20])
+
+    def replan(scope: Scope) -> LivePlan:
+        policy = load_policy_from_ssm(client("ssm", attempts=5), settings.policy_parameter)
+        return compute_live_plan(
+            client("ec2", attempts=5), client("elbv2", attempts=5), policy, scope
+        )
+
+    def start(name: str, payload: dict[str, Any]) -> bool:
+        return start_execution(
+            client("stepfunctions", attempts=5), settings.state_machine_arn, name, payload
+        )
+
+    result = plan_batch(records, replan, start, time.time())
+    metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=result.received)
+    metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=result.ignored)
+    metrics.add_metric(name="RulesToAdd", unit=MetricUnit.Count, value=result.rules_to_add)
+    metrics.add_metric(name="RulesToRemove", unit=MetricUnit.Count, value=result.rules_to_remove)
+    metrics.add_metric(
+        name="PlansStarted", unit=MetricUnit.Count, value=int(result.outcome == "started")
+    )
+    metrics.add_metric(
+        name="PlansRefused", unit=MetricUnit.Count, value=int(result.outcome == "refused")
+    )
+    log = logger.error if result.outcome in ("refused", "failed") else logger.info
+    log(
+        f"batch of {result.received}: {result.outcome}",
+        extra={
+            "relevant": result.relevant,
+            "ignored": result.ignored,
+            "execution_name": result.execution_name,
+            "reason": result.reason,
+        },
+    )
+    return {"batchItemFailures": [{"itemIdentifier": mid} for mid in result.failed_message_ids]}

@@ -1,0 +1,83 @@
+"""The planner Lambda's logic: a batch of triggers becomes at most one plan and one execution.
+
+A burst of events (a Helm release touching 30 Services) arrives as one SQS batch; their
+scopes merge, the account is read once, and one execution starts. Events that start no work
+(failed calls, other accounts, the reconciler's own calls, unreadable ones) never fail the
+batch. When planning itself fails, only the relevant records are reported as failures so SQS
+delivers them again (and the dead-letter queue catches a poison batch).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.reconcile import LivePlan
+from sg_reconciler.trigger.scope import Ignored, Parsed, Relevant
+
+EXECUTION_NAME_BUCKET_SECONDS = 600
+
+
+@dataclass
+class BatchResult:
+    """What one batch did; `failed_message_ids` go back to SQS for redelivery."""
+
+    received: int = 0
+    relevant: int = 0
+    ignored: int = 0
+    outcome: str = "nothing to do"  # started | duplicate | unchanged | refused | failed
+    execution_name: str | None = None
+    reason: str = ""
+    rules_to_add: int = 0
+    rules_to_remove: int = 0
+    failed_message_ids: list[str] = field(default_factory=list)
+
+
+def execution_name(plan: Plan, now: float) -> str:
+    """Plan hash plus a 10-minute bucket: a redelivered trigger is a no-op, a recurrence next
+    week is not (Standard workflow names stay taken for 90 days)."""
+    bucket = time.strftime("%Y%m%dT%H%M", time.gmtime(now - now % EXECUTION_NAME_BUCKET_SECONDS))
+    return f"{plan.plan_id()}-{bucket}"
+
+
+def plan_batch(
+    records: Sequence[tuple[str, Parsed]],
+    replan: Callable[[Scope], LivePlan],
+    start: Callable[[str, dict[str, Any]], bool],
+    now: float,
+) -> BatchResult:
+    """Merge the relevant records' scopes, plan once, start at most one execution."""
+    result = BatchResult(received=len(records))
+    relevant = [(mid, p) for mid, p in records if isinstance(p, Relevant)]
+    result.relevant = len(relevant)
+    result.ignored = sum(1 for _, p in records if isinstance(p, Ignored))
+    if not relevant:
+        return result
+    scope = Scope.merge(p.scope for _, p in relevant)
+    try:
+        live = replan(scope)
+        plan = live.result
+        if isinstance(plan, Refusal):
+            result.outcome, result.reason = "refused", plan.reason
+            return result
+        result.rules_to_add = sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize))
+        result.rules_to_remove = sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke))
+        if not plan.steps:
+            result.outcome = "unchanged"
+            return result
+        name = execution_name(plan, now)
+        payload = {
+            "plan_id": name,
+            "plan": plan.to_dict(),
+            "trigger": {"event_ids": sorted({p.event_id for _, p in relevant})[:50]},
+        }
+        result.execution_name = name
+        result.outcome = "started" if start(name, payload) else "duplicate"
+    except Exception as err:  # any failure: SQS redelivers the relevant records
+        result.outcome, result.reason = "failed", f"{type(err).__name__}: {err}"
+        result.failed_message_ids = [mid for mid, _ in relevant]
+    return result

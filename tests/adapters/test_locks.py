@@ -1,0 +1,90 @@
+"""Group locks on moto's DynamoDB: sorted acquisition, lease takeover, renew and release."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from sg_reconciler.adapters.locks import GroupLocks
+from sg_reconciler.errors import LockBusy, LockLost
+
+TABLE = "locks"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="eu-west-1")
+        client.create_table(
+            TableName=TABLE,
+            AttributeDefinitions=[{"AttributeName": "group_id", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "group_id", "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client
+
+
+def test_acquire_takes_every_lock_in_sorted_order(dynamodb: Any) -> None:
+    locks = GroupLocks(dynamodb, TABLE, Clock())
+    assert locks.acquire(["sg-b", "sg-a", "sg-b"], "exec-1", 60) == ["sg-a", "sg-b"]
+    assert locks.holder("sg-a") == "exec-1"
+    assert locks.holder("sg-b") == "exec-1"
+
+
+def test_a_held_lock_is_busy_for_another_execution_and_reentrant_for_its_holder(
+    dynamodb: Any,
+) -> None:
+    clock = Clock()
+    locks = GroupLocks(dynamodb, TABLE, clock)
+    locks.acquire(["sg-a"], "exec-1", 60)
+    with pytest.raises(LockBusy, match="sg-a is locked by exec-1"):
+        locks.acquire(["sg-a", "sg-b"], "exec-2", 60)
+    # Sorted order: exec-2 stopped at sg-a and took nothing after it.
+    assert locks.holder("sg-b") == "nobody"
+    assert locks.acquire(["sg-a"], "exec-1", 60) == ["sg-a"]
+
+
+def test_an_expired_lease_is_taken_over_and_the_old_holder_loses_it(dynamodb: Any) -> None:
+    # Given exec-1 holds sg-a with a 60 s lease and dies
+    clock = Clock()
+    locks = GroupLocks(dynamodb, TABLE, clock)
+    locks.acquire(["sg-a"], "exec-1", 60)
+    # When the lease has expired, exec-2 takes the lock
+    clock.now += 61
+    assert locks.acquire(["sg-a"], "exec-2", 60) == ["sg-a"]
+    # Then exec-1 can neither renew nor release it
+    with pytest.raises(LockLost):
+        locks.renew("sg-a", "exec-1", 60)
+    assert locks.release(["sg-a"], "exec-1") == []
+    assert locks.holder("sg-a") == "exec-2"
+
+
+def test_renew_extends_the_lease(dynamodb: Any) -> None:
+    clock = Clock()
+    locks = GroupLocks(dynamodb, TABLE, clock)
+    locks.acquire(["sg-a"], "exec-1", 60)
+    clock.now += 50
+    locks.renew("sg-a", "exec-1", 60)
+    clock.now += 50  # 100 s after acquiring: expired without the renewal
+    with pytest.raises(LockBusy):
+        locks.acquire(["sg-a"], "exec-2", 60)
+
+
+def test_release_frees_only_the_holders_locks(dynamodb: Any) -> None:
+    locks = GroupLocks(dynamodb, TABLE, Clock())
+    locks.acquire(["sg-a"], "exec-1", 60)
+    locks.acquire(["sg-b"], "exec-2", 60)
+    assert locks.release(["sg-a", "sg-b"], "exec-1") == ["sg-a"]
+    assert locks.holder("sg-a") == "nobody"
+    assert locks.holder("sg-b") == "exec-2"

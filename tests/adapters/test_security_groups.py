@@ -1,0 +1,104 @@
+"""The EC2 rules adapter on moto: idempotent writes, tags, ownership and typed errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, rule_from_dict
+from sg_reconciler.errors import GroupNotFound, NotOwned
+
+OWNER = "sg-reconciler"
+
+
+@pytest.fixture
+def ec2() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("ec2", region_name="eu-west-1")
+
+
+@pytest.fixture
+def groups(ec2: Any) -> tuple[str, str]:
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    node = ec2.create_security_group(GroupName="nodes", Description="nodes", VpcId=vpc)["GroupId"]
+    lb = ec2.create_security_group(GroupName="nlb", Description="nlb", VpcId=vpc)["GroupId"]
+    return node, lb
+
+
+def rule(group: str, peer: str, lo: int, hi: int, description: str = "") -> Rule:
+    return rule_from_dict(
+        {
+            "GroupId": group,
+            "IpProtocol": "tcp",
+            "FromPort": lo,
+            "ToPort": hi,
+            "ReferencedGroupInfo": {"GroupId": peer},
+            "Description": description,
+        }
+    )
+
+
+def test_authorize_tags_new_rules_and_returns_existing_ids(
+    ec2: Any, groups: tuple[str, str]
+) -> None:
+    node, lb = groups
+    sg = SecurityGroupRules(ec2)
+    first = sg.authorize(node, [rule(node, lb, 31000, 32000)], OWNER, "plan-1")
+    again = sg.authorize(
+        node, [rule(node, lb, 31000, 32000), rule(node, lb, 8080, 8080)], OWNER, "plan-2"
+    )
+    assert len(first) == 1 and len(again) == 2
+    assert set(first.values()) < set(again.values())  # the existing rule kept its id
+    described = {r.rule_id: r for r in sg.describe([node])}
+    created = described[next(iter(first.values()))]
+    assert created.tag(OWNER_TAG_KEY) == OWNER and created.tag(PLAN_TAG_KEY) == "plan-1"
+    assert [r.rule_id for r in sg.tagged([node], OWNER, "plan-2")] == [
+        i for i in again.values() if i not in first.values()
+    ]
+
+
+def test_revoke_is_idempotent_and_refuses_unowned_rules(ec2: Any, groups: tuple[str, str]) -> None:
+    node, lb = groups
+    sg = SecurityGroupRules(ec2)
+    ids = sg.authorize(node, [rule(node, lb, 80, 80)], OWNER, "plan-1")
+    rule_id = next(iter(ids.values()))
+    assert sg.revoke(node, [rule_id], OWNER) == [rule_id]
+    assert sg.revoke(node, [rule_id], OWNER) == []  # gone already: success, nothing to do
+    ec2.authorize_security_group_ingress(
+        GroupId=node,
+        IpPermissions=[
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 22,
+                "ToPort": 22,
+                "IpRanges": [{"CidrIp": "10.0.0.0/16"}],
+            }
+        ],
+    )
+    unowned = next(r.rule_id for r in sg.describe([node]) if r.key.from_port == 22)
+    assert unowned is not None
+    with pytest.raises(NotOwned):
+        sg.revoke(node, [unowned], OWNER)
+    assert any(r.rule_id == unowned for r in sg.describe([node]))
+
+
+def test_modify_rewrites_an_owned_rule_in_place(ec2: Any, groups: tuple[str, str]) -> None:
+    node, lb = groups
+    sg = SecurityGroupRules(ec2)
+    rule_id = next(iter(sg.authorize(node, [rule(node, lb, 31000, 32000)], OWNER, "p").values()))
+    sg.modify(node, rule_id, rule(node, lb, 31000, 32500, "wider"), OWNER)
+    (now,) = sg.describe([node])
+    assert now.rule_id == rule_id
+    assert (now.key.from_port, now.key.to_port, now.description) == (31000, 32500, "wider")
+    assert now.owned_by(OWNER)
+
+
+def test_a_missing_group_is_a_typed_error(ec2: Any, groups: tuple[str, str]) -> None:
+    node, lb = groups
+    sg = SecurityGroupRules(ec2)
+    with pytest.raises(GroupNotFound):
+        sg.authorize("sg-0000000000000dead", [rule("sg-0000000000000dead", lb, 80, 80)], OWNER, "p")

@@ -1,0 +1,118 @@
+"""Batch logic of the planner: a burst becomes one plan; ignored events never fail the batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sg_reconciler.core.plan import Plan, Refusal
+from sg_reconciler.core.planner import make_plan
+from sg_reconciler.core.rules import rule_from_dict
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.planning_service import execution_name, plan_batch
+from sg_reconciler.reconcile import LivePlan
+from sg_reconciler.trigger.scope import Ignored, Parsed, Relevant
+
+NODE, LB = "sg-0a1b2c3d4e5f60001", "sg-0a1b2c3d4e5f60002"
+DESIRED = rule_from_dict(
+    {
+        "GroupId": NODE,
+        "IpProtocol": "tcp",
+        "FromPort": 31000,
+        "ToPort": 32500,
+        "ReferencedGroupInfo": {"GroupId": LB},
+    }
+)
+
+
+def live(result: Plan | Refusal) -> LivePlan:
+    return LivePlan(result=result, desired=[DESIRED], current=[], groups=[NODE])
+
+
+def relevant(n: int) -> list[tuple[str, Parsed]]:
+    return [
+        (f"m{i}", Relevant(f"e{i}", "RegisterTargets", Scope(group_ids=frozenset({f"sg-{i}"}))))
+        for i in range(n)
+    ]
+
+
+class Recorder:
+    def __init__(self, result: Plan | Refusal, started: bool = True) -> None:
+        self.result, self.started = result, started
+        self.scopes: list[Scope] = []
+        self.starts: list[tuple[str, dict[str, Any]]] = []
+
+    def replan(self, scope: Scope) -> LivePlan:
+        self.scopes.append(scope)
+        return live(self.result)
+
+    def start(self, name: str, payload: dict[str, Any]) -> bool:
+        self.starts.append((name, payload))
+        return self.started
+
+
+def test_fifty_events_in_one_batch_make_one_plan_and_one_execution() -> None:
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    recorder = Recorder(plan)
+    result = plan_batch(relevant(50), recorder.replan, recorder.start, now=0.0)
+    assert result.outcome == "started" and result.relevant == 50
+    assert len(recorder.scopes) == 1 and len(recorder.scopes[0].group_ids) == 50
+    assert len(recorder.starts) == 1
+    name, payload = recorder.starts[0]
+    assert payload["plan_id"] == name == execution_name(plan, 0.0)
+    assert payload["plan"]["steps"][0]["action"] == "authorize"
+    assert result.rules_to_add == 1 and result.failed_message_ids == []
+
+
+def test_only_ignored_events_start_nothing() -> None:
+    recorder = Recorder(Plan(()))
+    records: list[tuple[str, Parsed]] = [
+        ("m1", Ignored("e1", "failed call")),
+        ("m2", Ignored(None, "malformed")),
+    ]
+    result = plan_batch(records, recorder.replan, recorder.start, now=0.0)
+    assert (result.outcome, result.ignored, recorder.scopes, recorder.starts) == (
+        "nothing to do",
+        2,
+        [],
+        [],
+    )
+
+
+def test_an_empty_diff_starts_no_execution() -> None:
+    recorder = Recorder(Plan(()))
+    assert plan_batch(relevant(3), recorder.replan, recorder.start, now=0.0).outcome == "unchanged"
+    assert recorder.starts == []
+
+
+def test_a_refusal_starts_nothing_and_is_not_retried() -> None:
+    recorder = Recorder(Refusal("sg-x: no order fits the quota", "sg-x"))
+    result = plan_batch(relevant(2), recorder.replan, recorder.start, now=0.0)
+    assert result.outcome == "refused" and "quota" in result.reason
+    assert recorder.starts == [] and result.failed_message_ids == []
+
+
+def test_a_duplicate_start_is_success() -> None:
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    recorder = Recorder(plan, started=False)
+    result = plan_batch(relevant(1), recorder.replan, recorder.start, now=0.0)
+    assert result.outcome == "duplicate" and result.failed_message_ids == []
+
+
+def test_a_planning_failure_returns_only_the_relevant_records_to_the_queue() -> None:
+    def broken(scope: Scope) -> LivePlan:
+        raise RuntimeError("describe throttled")
+
+    records = [*relevant(2), ("m9", Ignored("e9", "other account"))]
+    result = plan_batch(records, broken, Recorder(Plan(())).start, now=0.0)
+    assert result.outcome == "failed" and "throttled" in result.reason
+    assert result.failed_message_ids == ["m0", "m1"]
+
+
+def test_execution_names_repeat_within_ten_minutes_only() -> None:
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    assert execution_name(plan, 1_000_000.0) == execution_name(plan, 1_000_000.0 + 100)
+    assert execution_name(plan, 1_000_000.0) != execution_name(plan, 1_000_000.0 + 700)
+    assert len(execution_name(plan, 0.0)) <= 80
