@@ -98,7 +98,7 @@ def test_modify_rewrites_an_owned_rule_in_place(ec2: Any, groups: tuple[str, str
 
 
 def test_a_missing_group_is_a_typed_error(ec2: Any, groups: tuple[str, str]) -> None:
-    node, lb = groups
+    _, lb = groups
     sg = SecurityGroupRules(ec2)
     with pytest.raises(GroupNotFound):
         sg.authorize("sg-0000000000000dead", [rule("sg-0000000000000dead", lb, 80, 80)], OWNER, "p")

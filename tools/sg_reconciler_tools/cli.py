@@ -11,9 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from botocore.exceptions import BotoCoreError, ClientError
+from sg_reconciler.adapters.clients import make_clients
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
 from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, RuleError
+from sg_reconciler.policy import PolicyError, load_policy_file
+from sg_reconciler.reconcile import LivePlan, compute_live_plan
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
 from sg_reconciler_tools.render import render_plan
@@ -57,16 +61,31 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--current",
         type=Path,
-        required=True,
         metavar="C.json",
-        help="output of 'aws ec2 describe-security-group-rules'",
+        help="output of 'aws ec2 describe-security-group-rules' (offline mode)",
     )
     plan.add_argument(
         "--desired",
         type=Path,
-        required=True,
         metavar="D.json",
-        help="every desired managed ingress rule of the groups in scope, same shape",
+        help="every desired managed ingress rule of the groups in scope, same shape (offline mode)",
+    )
+    live = plan.add_argument_group(
+        "live mode", "read the account (or a local moto server) instead of files; never writes"
+    )
+    live.add_argument(
+        "--live", action="store_true", help="derive current and desired rules from the account"
+    )
+    live.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="policy file, YAML or JSON (owner and quota come from it, not from the options)",
+    )
+    live.add_argument("--region", help="AWS region (default: the profile's or environment's)")
+    live.add_argument("--profile", help="AWS named profile")
+    live.add_argument(
+        "--endpoint-url", metavar="URL", help="e.g. a moto server, http://127.0.0.1:5000"
     )
     plan.add_argument(
         "--max-rules-per-group",
@@ -89,7 +108,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_live(args: argparse.Namespace) -> LivePlan:
+    policy = load_policy_file(args.policy)
+    try:
+        clients = make_clients(args.region, args.profile, args.endpoint_url)
+        return compute_live_plan(clients.ec2, clients.elbv2, policy)
+    except ClientError as err:
+        error = err.response.get("Error", {})
+        raise InputError(
+            f"AWS refused a read: {error.get('Code')}: {error.get('Message')}"
+        ) from None
+    except BotoCoreError as err:  # no credentials or region, unreachable endpoint, bad profile
+        raise InputError(" ".join(str(err).split())) from None
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """Plan against the account: the plan contract plus the desired rules (JSON), or a table."""
+    if args.current is not None or args.desired is not None:
+        raise InputError("--live reads the account: drop --current and --desired")
+    if args.policy is None:
+        raise InputError("--live needs --policy FILE")
+    try:
+        live = _read_live(args)
+    except (PolicyError, RuleError) as err:
+        raise InputError(str(err)) from None
+    if args.output == "json":
+        print(json.dumps(live.to_dict(), indent=2))
+    else:
+        print(render_plan(live.result))
+        print(f"desired: {len(live.desired)} managed rule(s) in {len(live.groups)} group(s)")
+        for note in live.notes:
+            print(f"note: {note}")
+    return 0 if isinstance(live.result, Plan) else EXIT_REFUSED
+
+
 def run_plan(args: argparse.Namespace) -> int:
+    if args.live:
+        return run_live(args)
+    if args.current is None or args.desired is None:
+        raise InputError("plan needs --current and --desired, or --live with --policy")
     current = load_current(args.current)
     desired = load_desired(args.desired)
     try:
