@@ -28,6 +28,9 @@ unit: setup
 
 test: lint typecheck unit
 
+demo: setup
+	$(BIN)/sg-reconciler demo
+
 bench: setup
 	$(BIN)/python -m benchmarks.run
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler.adapters.aws_clients import client
@@ -16,6 +17,9 @@ from sg_reconciler.policy import load_policy_from_ssm
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler.settings import PlannerSettings, load_settings
 from sg_reconciler.trigger.scope import Parsed, parse_record
+
+# The trigger module logs each ignored event with the standard library; give it our format.
+copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.scope"})
 
 
 def _records(event: dict[str, Any], settings: PlannerSettings) -> list[tuple[str, Parsed]]:

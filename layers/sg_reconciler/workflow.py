@@ -7,6 +7,7 @@ sg_reconciler.errors, so Retry and Catch in the ASL match them by name.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +77,18 @@ class RollbackInput(_Input):
     plan_id: str
     owner: str = Field(min_length=1)
     error: dict[str, Any] | None = None
+
+
+def failure_text(error: dict[str, Any] | None) -> str:
+    """'Error: message' from a Catch's error object, whose Cause is the Lambda's error JSON."""
+    if not error:
+        return "an error"
+    cause = str(error.get("Cause", ""))
+    try:
+        message = json.loads(cause).get("errorMessage", cause)
+    except (ValueError, AttributeError):
+        message = cause
+    return f"{error.get('Error', 'Error')}: {message}" if message else str(error.get("Error", "an error"))
 
 
 def parse(model: type[_Input], event: object) -> Any:
@@ -189,9 +202,8 @@ def verify(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
     now = rules.describe(request.groups)
     if request.mode == "leftovers":
         leftovers = leftover_rule_ids(plan, now)
-        failure = request.error or {}
         cause = (
-            f"stopped after {failure.get('Error', 'an error')} ({failure.get('Cause', 'no cause')}); "
+            f"stopped after {failure_text(request.error)}; "
             f"the groups keep every new rule and {len(leftovers)} stale rule(s) "
             f"{', '.join(leftovers) or ''}; the next run removes them"
         )
@@ -216,9 +228,8 @@ def roll_back(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
             revoked += rules.revoke(group_id, ids, owner)
         except GroupNotFound:
             continue
-    failure = request.error or {}
     cause = (
-        f"{failure.get('Error', 'an error')} during the authorize phase ({failure.get('Cause', 'no cause')}); "
+        f"{failure_text(request.error)} during the authorize phase; "
         f"revoked the {len(revoked)} rule(s) this execution had added, the groups are as before"
     )
     return {"revoked_rule_ids": sorted(revoked), "cause": cause}

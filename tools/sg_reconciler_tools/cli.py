@@ -1,6 +1,6 @@
-"""`sg-reconciler`: plan security-group changes make-before-break.
+"""`sg-reconciler`: plan security-group changes make-before-break, and the demo.
 
-Exit codes: 0 a plan (possibly empty), 2 bad input, 3 no safe plan exists (refused).
+Exit codes of `plan`: 0 a plan (possibly empty), 2 bad input, 3 no safe plan exists (refused).
 """
 
 from __future__ import annotations
@@ -105,7 +105,31 @@ def build_parser() -> argparse.ArgumentParser:
         default="table",
         help="table for people (default), json for tools",
     )
+    demo = commands.add_parser(
+        "demo",
+        help="play LBC issue #3639 end to end on the embedded AWS emulator (no account needed)",
+        description=(
+            "Act 1: a new NodePort flows CloudTrail -> EventBridge -> SQS -> planner -> Step "
+            "Functions and is applied make-before-break. Act 2: the same change while "
+            "AuthorizeSecurityGroupIngress is denied rolls back with nothing missing. Act 3: the "
+            "revoke-then-authorize order under the same fault leaves the gap #3639 describes. "
+            "Exit 0 when every act behaves as described."
+        ),
+    )
+    demo.add_argument(
+        "--act", type=int, choices=(1, 2, 3), help="play one act (default: all three)"
+    )
+    demo.add_argument(
+        "--json", action="store_true", help="results as JSON on stdout (progress goes to stderr)"
+    )
     return parser
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    # Imported here: the demo needs the emulator (moto), which `plan` does not.
+    from sg_reconciler_tools.demo.main import run_demo
+
+    return run_demo([args.act] if args.act else [1, 2, 3], as_json=args.json)
 
 
 def _read_live(args: argparse.Namespace) -> LivePlan:
@@ -165,7 +189,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return run_plan(args)
+        return run_demo_command(args) if args.command == "demo" else run_plan(args)
     except InputError as err:
         print(f"sg-reconciler: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

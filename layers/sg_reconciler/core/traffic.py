@@ -9,6 +9,7 @@ width, and two sets are equal exactly when their canonical forms are.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 from collections.abc import Callable, Iterable
@@ -64,6 +65,11 @@ def _combine(a: Cells, b: Cells, depth: int, keep: Callable[[bool, bool], bool])
 def _from_boxes(boxes: list[Box], depth: int = 0) -> Cells:
     if not boxes:
         return _EMPTY
+    if len(boxes) == 1:  # one box is its own canonical form (the common case: one rule)
+        cells = _EMPTY
+        for lo, hi in reversed(boxes[0][depth:]):
+            cells = ((lo, hi, cells),)
+        return cells
     points = sorted({x for box in boxes for x in box[depth]})
     out: list[tuple[int, int, Cells]] = []
     for lo, hi in itertools.pairwise(points):
@@ -92,10 +98,17 @@ def _contains(cells: Cells, point: tuple[int, ...]) -> bool:
 def peer_family(peer: Peer) -> tuple[str, int, int]:
     """The peer's family and its address interval (half-open) within that family."""
     if peer.kind in ("cidr4", "cidr6"):
-        net = ipaddress.ip_network(peer.value)
-        start = int(net.network_address)
-        return ("ipv4" if peer.kind == "cidr4" else "ipv6"), start, start + net.num_addresses
+        start, end = _span(peer.value)
+        return ("ipv4" if peer.kind == "cidr4" else "ipv6"), start, end
     return peer.value, 0, 1
+
+
+@functools.lru_cache(maxsize=65536)
+def _span(cidr: str) -> tuple[int, int]:
+    """A CIDR's addresses as a half-open interval; cached, parsing is slow and CIDRs repeat."""
+    net = ipaddress.ip_network(cidr)
+    start = int(net.network_address)
+    return start, start + net.num_addresses
 
 
 def key_box(key: RuleKey) -> tuple[FamilyKey, Box]:
@@ -136,7 +149,11 @@ class Traffic:
         mine, theirs = dict(self.parts), dict(other.parts)
         parts = []
         for family in sorted(mine.keys() | theirs.keys()):
-            cells = _combine(mine.get(family, _EMPTY), theirs.get(family, _EMPTY), 0, keep)
+            a, b = mine.get(family, _EMPTY), theirs.get(family, _EMPTY)
+            if not (a and b):  # one side empty: the other side, kept whole or dropped
+                cells = a if a and keep(True, False) else b if b and keep(False, True) else _EMPTY
+            else:
+                cells = _combine(a, b, 0, keep)
             if cells:
                 parts.append((family, cells))
         return Traffic(tuple(parts))
@@ -169,11 +186,34 @@ class Traffic:
         """A short human description for error messages (first few boxes)."""
         lines: list[str] = []
         for (group, family), cells in self.parts:
-            for _alo, _ahi, protos in cells:
+            for alo, ahi, protos in cells:
+                peer = _describe_peer(family, alo, ahi)
                 for plo, phi, ports in protos:
                     for lo, hi, _ in ports:
-                        lines.append(
-                            f"{group} from {family} proto {plo}-{phi - 1} ports {lo}-{hi - 1}"
-                        )
+                        lines.append(f"{group} {_describe_flow(plo, phi, lo, hi)} from {peer}")
         more = f" (+{len(lines) - limit} more)" if len(lines) > limit else ""
         return "; ".join(lines[:limit]) + more
+
+
+_PROTOCOL_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6"}
+
+
+def _describe_peer(family: str, lo: int, hi: int) -> str:
+    if family == "ipv4":
+        return f"{ipaddress.IPv4Address(lo)}-{ipaddress.IPv4Address(hi - 1)}"
+    if family == "ipv6":
+        return f"{ipaddress.IPv6Address(lo)}-{ipaddress.IPv6Address(hi - 1)}"
+    return family
+
+
+def _describe_flow(plo: int, phi: int, lo: int, hi: int) -> str:
+    if (plo, phi) == ALL_PROTOCOLS and (lo, hi) == ALL_PORTS:
+        return "all traffic"
+    protocols = (
+        _PROTOCOL_NAMES.get(plo, f"protocol {plo}")
+        if phi == plo + 1
+        else f"protocols {plo}-{phi - 1}"
+    )
+    if (lo, hi) == ALL_PORTS:
+        return f"{protocols} all ports"
+    return f"{protocols} {lo}" if hi == lo + 1 else f"{protocols} {lo}-{hi - 1}"
