@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from sg_reconciler.core.plan import Plan
@@ -187,21 +186,15 @@ def test_an_execution_aborted_between_authorize_and_revoke_leaves_a_safe_superse
     runtime = world.runtime
     live = grow(world)
     arns: list[str] = []
-    original = runtime.waits.__class__.__call__
 
-    def stop_on_wait(self: Any, seconds: float) -> None:
-        original(self, seconds)
+    def stop_on_wait(seconds: float) -> None:
         runtime.clients.stepfunctions.stop_execution(
             executionArn=arns[0], error="Aborted", cause="operator"
         )
 
-    runtime.waits.__class__.__call__ = stop_on_wait  # type: ignore[method-assign]
-    try:
-        with monitor(world, live) as watch:
-            arns.append(start(world, live))
-            described = runtime.wait_for(arns[0], TIMEOUT)
-    finally:
-        runtime.waits.__class__.__call__ = original  # type: ignore[method-assign]
+    with runtime.waits.subscribe(stop_on_wait), monitor(world, live) as watch:
+        arns.append(start(world, live))
+        described = runtime.wait_for(arns[0], TIMEOUT)
     # Then the groups hold the old and the new rules (a safe superset), and no state lost traffic
     assert described["status"] == "ABORTED"
     assert ranges(world) == both(world, 31000, 32000) | both(world, 31000, 32500)

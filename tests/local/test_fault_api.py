@@ -1,0 +1,81 @@
+"""The fault API: validation, ordering of faults on one operation, and bookkeeping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local.faults import Fault, FaultInjector
+
+
+@pytest.fixture
+def ec2() -> Iterator[object]:
+    mock = moto_hooks.new_mock()
+    mock.start()
+    try:
+        yield boto3.client(
+            "ec2", region_name="eu-west-1", config=Config(retries={"total_max_attempts": 1})
+        )
+    finally:
+        mock.stop()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"count": 0}, "at least once"),
+        ({"mode": "during"}, "mode must be"),
+        ({"service": "s3"}, "cannot inject faults into 's3'"),
+    ],
+)
+def test_a_fault_is_checked_when_made(kwargs: dict[str, object], message: str) -> None:
+    arguments: dict[str, object] = {
+        "service": "ec2",
+        "operation": "DescribeSecurityGroups",
+        "error_code": "RequestLimitExceeded",
+        **kwargs,
+    }
+    with pytest.raises(ValueError, match=message):
+        Fault(**arguments)  # type: ignore[arg-type]
+
+
+def test_faults_on_one_operation_fire_in_order_and_are_counted(ec2: object) -> None:
+    first = Fault("ec2", "DescribeSecurityGroups", "RequestLimitExceeded", count=2)
+    second = Fault("ec2", "DescribeSecurityGroups", "UnauthorizedOperation")
+    codes: list[str] = []
+    with FaultInjector(first, second) as injector:
+        assert not injector.exhausted
+        for _ in range(4):
+            try:
+                ec2.describe_security_groups()  # type: ignore[attr-defined]
+                codes.append("ok")
+            except ClientError as error:
+                codes.append(error.response["Error"]["Code"])
+        assert injector.calls("ec2", "DescribeSecurityGroups") == 4
+        assert (injector.remaining(first), injector.remaining(second)) == (0, 0)
+        assert injector.exhausted
+    assert codes == ["RequestLimitExceeded", "RequestLimitExceeded", "UnauthorizedOperation", "ok"]
+    assert [(f.fault, f.call_number) for f in injector.fired] == [
+        (first, 1),
+        (first, 2),
+        (second, 3),
+    ]
+
+
+def test_leaving_the_injector_removes_its_faults(ec2: object) -> None:
+    fault = Fault("ec2", "DescribeSecurityGroups", "RequestLimitExceeded", count=5)
+    with FaultInjector(fault) as injector, pytest.raises(ClientError):
+        ec2.describe_security_groups()  # type: ignore[attr-defined]
+    ec2.describe_security_groups()  # type: ignore[attr-defined]
+    assert injector.remaining(fault) == 4
+
+
+def test_the_message_is_the_one_given(ec2: object) -> None:
+    fault = Fault("ec2", "DescribeSecurityGroups", "UnauthorizedOperation", message="not for you")
+    with FaultInjector(fault), pytest.raises(ClientError) as raised:
+        ec2.describe_security_groups()  # type: ignore[attr-defined]
+    assert raised.value.response["Error"]["Message"] == "not for you"

@@ -1,0 +1,220 @@
+"""Run the template's Lambda handlers in this process, as Lambda would call them.
+
+moto's Lambda without Docker runs nothing; the dispatcher here receives each invocation
+(from a state machine Task or a direct `lambda:Invoke`), imports the function's handler
+from its `CodeUri` under a module name unique to the function (two functions may both
+ship an `app.py`), sets the function's environment while it runs, and answers with the
+handler's result or, for an exception, Lambda's error payload (`errorType` is the
+exception's class name, which Step Functions matches in Retry and Catch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from sg_reconciler_tools.local.moto_hooks import LambdaResult
+
+UNHANDLED = "Unhandled"
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One function of the template, as deployed locally."""
+
+    logical_id: str
+    name: str
+    arn: str
+    code_dir: Path
+    handler: str  # "module.function", module dotted below code_dir
+    environment: Mapping[str, str] = field(default_factory=dict)
+    timeout_seconds: int = 3
+    memory_mb: int = 128
+
+    @property
+    def module_file(self) -> Path:
+        module, _, _ = self.handler.rpartition(".")
+        if not module:
+            raise ValueError(f"{self.logical_id}: Handler {self.handler!r} is not module.function")
+        base = self.code_dir.joinpath(*module.split("."))
+        plain = base.with_suffix(".py")
+        return (
+            plain if plain.exists() or not (base / "__init__.py").exists() else base / "__init__.py"
+        )
+
+
+@dataclass
+class LambdaContext:
+    """The attributes and method of Lambda's context object that handlers and Powertools use."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_seconds: int
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = "local"
+    _started: float = field(default_factory=time.monotonic, repr=False)
+
+    def __post_init__(self) -> None:
+        self.log_group_name = self.log_group_name or f"/aws/lambda/{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        elapsed = time.monotonic() - self._started
+        return max(0, int((self.timeout_seconds - elapsed) * 1000))
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One handler call, for tests to assert on."""
+
+    logical_id: str
+    event: Any
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error_type is not None
+
+
+class HandlerHost:
+    """Imports handlers once per function (a warm container) and calls them."""
+
+    def __init__(self, functions: Iterable[FunctionSpec], base_environment: Mapping[str, str]):
+        self._by_name = {spec.name: spec for spec in functions}
+        self._base_environment = dict(base_environment)
+        self._modules: dict[str, ModuleType] = {}
+        self._lock = threading.RLock()  # handlers share os.environ: one at a time
+        self._invocations: list[Invocation] = []
+
+    @property
+    def functions(self) -> list[FunctionSpec]:
+        return list(self._by_name.values())
+
+    @property
+    def invocations(self) -> list[Invocation]:
+        with self._lock:
+            return list(self._invocations)
+
+    def dispatch(self, function_name: str, payload: bytes) -> LambdaResult:
+        """Entry point for `moto_hooks.patch_lambda_invoke`."""
+        spec = self._by_name.get(function_name)
+        if spec is None:
+            message = f"function {function_name} has no local handler"
+            return _error_result("Runtime.HandlerNotFound", message)
+        try:
+            event = json.loads(payload.decode("utf-8")) if payload.strip() else {}
+        except ValueError as error:
+            return _error_result("Runtime.UnmarshalError", f"payload is not JSON: {error}")
+        with self._lock:
+            result, outcome = self._call(spec, event)
+            self._invocations.append(outcome)
+        return result
+
+    def _call(self, spec: FunctionSpec, event: Any) -> tuple[LambdaResult, Invocation]:
+        context = LambdaContext(
+            function_name=spec.name,
+            invoked_function_arn=spec.arn,
+            memory_limit_in_mb=spec.memory_mb,
+            timeout_seconds=spec.timeout_seconds,
+        )
+        with self._environment(spec):
+            try:
+                handler = self._handler(spec)
+                value = handler(event, context)
+            except Exception as error:
+                kind = type(error).__name__
+                failure = _error_result(kind, str(error), error)
+                return failure, Invocation(spec.logical_id, event, None, kind, str(error))
+        try:
+            body = json.dumps(value).encode("utf-8")
+        except (TypeError, ValueError) as error:
+            message = f"handler result is not JSON: {error}"
+            failed = Invocation(spec.logical_id, event, None, "Runtime.MarshalError", message)
+            return _error_result("Runtime.MarshalError", message), failed
+        return LambdaResult(body), Invocation(spec.logical_id, event, value)
+
+    def _handler(self, spec: FunctionSpec) -> Any:
+        module = self._modules.get(spec.logical_id)
+        if module is None:
+            module = _import_file(module_name(spec), spec.module_file)
+            self._modules[spec.logical_id] = module
+        function = getattr(module, spec.handler.rpartition(".")[2], None)
+        if not callable(function):
+            raise AttributeError(f"{spec.module_file} has no handler {spec.handler!r}")
+        return function
+
+    @contextmanager
+    def _environment(self, spec: FunctionSpec) -> Iterator[None]:
+        wanted = {
+            **self._base_environment,
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "_HANDLER": spec.handler,
+            "LAMBDA_TASK_ROOT": str(spec.code_dir),
+            **spec.environment,
+            "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
+        }
+        saved = {key: os.environ.get(key) for key in wanted}
+        os.environ.update(wanted)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def unload(self) -> None:
+        """Forget the imported handler modules (the next runtime imports them afresh)."""
+        with self._lock:
+            for module in self._modules.values():
+                sys.modules.pop(module.__name__, None)
+            self._modules.clear()
+
+
+def module_name(spec: FunctionSpec) -> str:
+    """A module name unique to the function, so two `app.py` files never collide."""
+    module = spec.handler.rpartition(".")[0]
+    return "sg_reconciler_local_" + re.sub(r"\W", "_", f"{spec.logical_id}__{module}")
+
+
+def _import_file(name: str, path: Path) -> ModuleType:
+    if not path.is_file():
+        raise FileNotFoundError(f"handler module {path} does not exist")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pydantic look their module up here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _error_result(kind: str, message: str, error: BaseException | None = None) -> LambdaResult:
+    document: dict[str, Any] = {"errorType": kind, "errorMessage": message}
+    if error is not None:
+        document["stackTrace"] = traceback.format_tb(error.__traceback__)
+    return LambdaResult(json.dumps(document).encode("utf-8"), UNHANDLED)

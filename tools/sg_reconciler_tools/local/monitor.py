@@ -1,0 +1,198 @@
+"""Watch security groups between calls and check the safety invariants at every state.
+
+After every EC2 write that reaches moto (hook `moto_hooks.on_ec2_write`), the monitor
+reads the groups' ingress rules straight from moto's backend and checks, semantically:
+1 no loss (OLD ∩ NEW stays allowed), 2 no over-exposure (nothing outside OLD ∪ NEW), and
+3 ownership (every rule that disappeared or changed since the previous state carried the
+owner tag). OLD and NEW come from `sg_reconciler.core.safety.group_bounds`, as in the
+planner's own checker, so the monitor judges the real calls by the planner's rules.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, ingress_rules
+from sg_reconciler.core.safety import GroupBounds, group_bounds
+from sg_reconciler.core.traffic import Traffic
+
+from sg_reconciler_tools.local import moto_hooks
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The groups' ingress rules right after one write."""
+
+    index: int  # 0 is the state when monitoring started
+    operation: str
+    # The error moto raised for the write (e.g. a duplicate in a multi-rule authorize). An
+    # injected "after" fault is raised outside the monitor: see `FaultInjector.fired`.
+    error: str | None
+    rules: tuple[Rule, ...]
+
+    def of_group(self, group_id: str) -> list[Rule]:
+        return [rule for rule in self.rules if rule.group_id == group_id]
+
+
+@dataclass(frozen=True)
+class MonitorViolation:
+    snapshot: int
+    operation: str
+    invariant: str  # "1 no loss", "2 no over-exposure", "3 ownership"
+    group_id: str
+    detail: str
+    traffic: Traffic | None = field(default=None, compare=False)  # what was lost or exposed
+
+    def __str__(self) -> str:
+        return (
+            f"after {self.operation} (state {self.snapshot}): "
+            f"{self.invariant} in {self.group_id}: {self.detail}"
+        )
+
+
+class InvariantMonitor:
+    """Context manager recording every state of some groups and each invariant broken.
+
+    `new_rules` are the desired managed rules, as the planner takes them: NEW is the
+    unmanaged part of OLD plus `new_rules`. `old_rules` defaults to the groups' rules
+    when monitoring starts.
+    """
+
+    def __init__(
+        self,
+        ec2_client_or_backend: Any,
+        group_ids: Iterable[str],
+        old_rules: Iterable[Rule] | None = None,
+        new_rules: Iterable[Rule] = (),
+        *,
+        owner: str = DEFAULT_OWNER,
+    ) -> None:
+        self._backend = _backend_of(ec2_client_or_backend)
+        self.group_ids = tuple(sorted(set(group_ids)))
+        self.owner = owner
+        self._lock = threading.Lock()
+        self._patch: moto_hooks.Patch | None = None
+        old = list(old_rules) if old_rules is not None else self._read()
+        self.bounds: dict[str, GroupBounds] = group_bounds(old, list(new_rules), owner)
+        for group_id in self.group_ids:
+            self.bounds.setdefault(group_id, GroupBounds(frozenset(), frozenset()))
+        self._baseline = Snapshot(0, "start", None, tuple(self._read()))
+        self._snapshots: list[Snapshot] = []
+        self._violations: list[MonitorViolation] = []
+        self._check(self._baseline, None)
+
+    def __enter__(self) -> InvariantMonitor:
+        self._patch = moto_hooks.on_ec2_write(self._after_write)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._patch is not None:
+            self._patch.undo()
+            self._patch = None
+
+    @property
+    def baseline(self) -> Snapshot:
+        return self._baseline
+
+    @property
+    def snapshots(self) -> list[Snapshot]:
+        """States observed after writes (the baseline is not counted)."""
+        with self._lock:
+            return list(self._snapshots)
+
+    @property
+    def violations(self) -> list[MonitorViolation]:
+        with self._lock:
+            return list(self._violations)
+
+    @property
+    def last(self) -> Snapshot:
+        with self._lock:
+            return self._snapshots[-1] if self._snapshots else self._baseline
+
+    def summary(self) -> str:
+        with self._lock:
+            return f"{len(self._snapshots)} snapshots, {len(self._violations)} violations"
+
+    def assert_clean(self) -> None:
+        """Raise AssertionError listing every violation, if there is any."""
+        found = self.violations
+        if found:
+            lines = "\n".join(f"  {violation}" for violation in found)
+            raise AssertionError(f"{self.summary()}:\n{lines}")
+
+    def check(self, operation: str = "check") -> Snapshot:
+        """Take a snapshot now (for writes the hook cannot see, e.g. straight to the backend)."""
+        return self._record(operation, None)
+
+    def _after_write(self, operation: str, error: BaseException | None) -> None:
+        code = getattr(error, "code", None) or (type(error).__name__ if error else None)
+        self._record(operation, None if error is None else str(code))
+
+    def _record(self, operation: str, error: str | None) -> Snapshot:
+        with self._lock:
+            previous = self._snapshots[-1] if self._snapshots else self._baseline
+            snapshot = Snapshot(len(self._snapshots) + 1, operation, error, tuple(self._read()))
+            self._snapshots.append(snapshot)
+            self._check(snapshot, previous)
+            return snapshot
+
+    def _read(self) -> list[Rule]:
+        docs = moto_hooks.security_group_rule_docs(self._backend, self.group_ids)
+        return ingress_rules(docs, "moto")
+
+    def _check(self, snapshot: Snapshot, previous: Snapshot | None) -> None:
+        for group_id, bounds in sorted(self.bounds.items()):
+            keys = frozenset(rule.key for rule in snapshot.of_group(group_id))
+            lost = bounds.loses_traffic(keys)
+            if lost:
+                self._violate(snapshot, "1 no loss", group_id, f"denies {lost.describe()}", lost)
+            exposed = bounds.over_exposes(keys)
+            if exposed:
+                detail = f"allows {exposed.describe()}"
+                self._violate(snapshot, "2 no over-exposure", group_id, detail, exposed)
+        if previous is not None:
+            for rule in _changed(previous.rules, snapshot.rules):
+                if not rule.owned_by(self.owner):
+                    self._violate(
+                        snapshot, "3 ownership", rule.group_id, f"changed unmanaged rule {rule}"
+                    )
+
+    def _violate(
+        self,
+        snapshot: Snapshot,
+        invariant: str,
+        group_id: str,
+        detail: str,
+        traffic: Traffic | None = None,
+    ) -> None:
+        self._violations.append(
+            MonitorViolation(
+                snapshot.index, snapshot.operation, invariant, group_id, detail, traffic
+            )
+        )
+
+
+def _changed(before: Sequence[Rule], after: Sequence[Rule]) -> list[Rule]:
+    """Rules of `before` that are gone from `after` or differ there (ports, peer, text, tags)."""
+    now = {rule.rule_id: rule for rule in after}
+    return [rule for rule in before if now.get(rule.rule_id) != rule]
+
+
+def _backend_of(ec2_client_or_backend: Any) -> Any:
+    if hasattr(ec2_client_or_backend, "groups"):
+        return ec2_client_or_backend  # already moto's EC2Backend
+    meta = getattr(ec2_client_or_backend, "meta", None)
+    region = getattr(meta, "region_name", None)
+    if not region:
+        raise TypeError("InvariantMonitor needs a boto3 EC2 client or moto's EC2Backend")
+    return moto_hooks.ec2_backend(region)

@@ -1,0 +1,607 @@
+"""Every hook into moto's internals, in one module (moto is pinned to 5.2.5).
+
+The local runtime needs a few things moto does not offer through its API: run our Lambda
+handlers in-process, skip the interpreter's real sleeping, close two EC2 fidelity gaps,
+inject faults and observe every security-group write. Each hook is one small function
+whose docstring names the moto internal it touches and returns a `Patch` that undoes it.
+`tests/local/test_moto_hooks.py` checks each one, so a moto upgrade that moves an internal
+fails there with a clear message instead of deep inside a state-machine run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import ipaddress
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, NoReturn
+
+if TYPE_CHECKING:
+    from moto.core.config import DefaultConfig
+
+MOTO_VERSION: Final = "5.2.5"
+ACCOUNT_ID: Final = "123456789012"  # moto.core.DEFAULT_ACCOUNT_ID
+
+# AWS API action -> the moto response class that serves it, per service. Faults and write
+# observers wrap the response method, so one API call counts once however many backend
+# methods it calls (an authorize with three IpPermissions calls the backend three times).
+RESPONSE_CLASSES: Final[Mapping[str, tuple[str, str]]] = {
+    "ec2": ("moto.ec2.responses", "EC2Response"),
+    "dynamodb": ("moto.dynamodb.responses", "DynamoHandler"),
+    "stepfunctions": ("moto.stepfunctions.responses", "StepFunctionResponse"),
+    "lambda": ("moto.awslambda.responses", "LambdaResponse"),
+}
+
+# EC2 calls that change security-group rules or their tags (ownership lives in tags).
+EC2_WRITE_OPERATIONS: Final = (
+    "AuthorizeSecurityGroupIngress",
+    "AuthorizeSecurityGroupEgress",
+    "RevokeSecurityGroupIngress",
+    "RevokeSecurityGroupEgress",
+    "ModifySecurityGroupRules",
+    "UpdateSecurityGroupRuleDescriptionsIngress",
+    "UpdateSecurityGroupRuleDescriptionsEgress",
+    "CreateTags",
+    "DeleteTags",
+    "DeleteSecurityGroup",
+)
+
+
+class HookError(RuntimeError):
+    """A moto internal a hook relies on is missing or changed shape (moto upgraded?)."""
+
+
+class Patch:
+    """Undoes one hook; idempotent, and usable as a context manager."""
+
+    def __init__(self, what: str, undo: Callable[[], None]) -> None:
+        self.what = what
+        self._undo: Callable[[], None] | None = undo
+
+    def undo(self) -> None:
+        if self._undo is not None:
+            undo, self._undo = self._undo, None
+            undo()
+
+    @property
+    def active(self) -> bool:
+        return self._undo is not None
+
+    def __enter__(self) -> Patch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.undo()
+
+    def __repr__(self) -> str:
+        return f"Patch({self.what!r}, active={self.active})"
+
+
+def _require(owner: object, name: str, moto_path: str) -> Any:
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise HookError(
+            f"moto internal {moto_path}.{name} is gone (hooks are written for moto {MOTO_VERSION})"
+        ) from None
+
+
+def _replace(owner: Any, name: str, value: object, moto_path: str) -> Patch:
+    """Set `owner.name`, remembering whether it was inherited so undo restores exactly."""
+    _require(owner, name, moto_path)
+    had_own = isinstance(owner, type) and name in owner.__dict__
+    original = owner.__dict__[name] if had_own else getattr(owner, name)
+
+    def undo() -> None:
+        if isinstance(owner, type) and not had_own:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+
+    setattr(owner, name, value)
+    return Patch(f"{moto_path}.{name}", undo)
+
+
+# (a) -------------------------------------------------------------------------------------
+
+
+def mock_config() -> DefaultConfig:
+    """The `mock_aws` config that makes moto run ASL in-process and Lambda without Docker.
+
+    `stepfunctions.execute_state_machine` selects `moto.stepfunctions.parser` (the
+    interpreter) in `moto.stepfunctions.responses.get_backend`; `lambda.use_docker: False`
+    selects `moto.awslambda_simple.models.LambdaSimpleBackend` in
+    `moto.awslambda.utils.get_backend`, whose `invoke` hook (b) replaces.
+    """
+    return {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+
+
+def new_mock() -> Any:
+    """A not yet started `moto.mock_aws` with `mock_config()`."""
+    from moto import mock_aws
+
+    return mock_aws(config=mock_config())
+
+
+# (b) -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LambdaResult:
+    """What an invocation returns: the payload bytes and, for an error, the function-error kind."""
+
+    payload: bytes
+    function_error: str | None = None  # "Unhandled" when the handler raised
+
+
+LambdaDispatch = Callable[[str, bytes], LambdaResult]  # (function name, request payload)
+
+
+def patch_lambda_invoke(dispatch: LambdaDispatch) -> Patch:
+    """Replace `moto.awslambda_simple.models.LambdaSimpleBackend.invoke` (it echoes the payload).
+
+    Step Functions reaches it through a boto3 Lambda client for both
+    `arn:aws:states:::lambda:invoke` and a plain function-ARN resource
+    (`...state_task.lambda_eval_utils`); a function error travels in the
+    `x-amz-function-error` header, which the interpreter turns into a task failure whose
+    error name is the payload's `errorType`.
+    """
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    def invoke(
+        self: Any,
+        function_name: str,
+        qualifier: str | None,
+        body: Any,
+        headers: Any,
+        response_headers: dict[str, str],
+    ) -> bytes:
+        function = self.get_function(function_name, qualifier)  # moto's not-found error
+        payload = body if isinstance(body, bytes) else str(body or "").encode()
+        result = dispatch(str(function.function_name), payload)
+        if result.function_error:
+            response_headers["x-amz-function-error"] = result.function_error
+        response_headers["Content-Length"] = str(len(result.payload))
+        return result.payload
+
+    return _replace(
+        LambdaSimpleBackend, "invoke", invoke, "moto.awslambda_simple.models.LambdaSimpleBackend"
+    )
+
+
+# (c) -------------------------------------------------------------------------------------
+
+
+def patch_wait_states(record: Callable[[float], None]) -> Patch:
+    """Make Wait states return at once, recording the seconds they asked for.
+
+    Replaces `moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function
+    .WaitFunction._wait_interval`, which blocks on `env.program_state_event.wait(seconds)`.
+    """
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
+
+    def _wait_interval(self: Any, env: Any, wait_seconds: float) -> None:
+        record(float(wait_seconds))
+
+    return _replace(
+        wait_function.WaitFunction,
+        "_wait_interval",
+        _wait_interval,
+        "moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function.WaitFunction",
+    )
+
+
+class _RecordingClock:
+    """Stands in for the `time` module inside one moto module: sleep records, the rest is real."""
+
+    def __init__(self, record: Callable[[float], None]) -> None:
+        self._record = record
+
+    def sleep(self, seconds: float) -> None:
+        self._record(float(seconds))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def patch_retry_sleep(record: Callable[[float], None]) -> Patch:
+    """Make Retry backoff return at once, recording each interval (after backoff and jitter).
+
+    `moto.stepfunctions.parser.asl.component.common.retry.retrier_decl.RetrierDecl._eval_body`
+    calls `time.sleep(interval)` through its module global `time`; that global is swapped.
+    """
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+    path = "moto.stepfunctions.parser.asl.component.common.retry.retrier_decl"
+    if _require(retrier_decl, "time", path) is not time:
+        raise HookError(f"{path}.time is not the time module (moto upgraded?)")
+    return _replace(retrier_decl, "time", _RecordingClock(record), path)
+
+
+# (d) -------------------------------------------------------------------------------------
+
+
+def _rule_identity(rule: Any) -> tuple[object, ...]:
+    """EC2's duplicate identity of a moto SecurityGroupRule: the description does not count."""
+    source = rule.source_group or {}
+    ports = None if rule.ip_protocol == "-1" else (rule.from_port, rule.to_port)
+    return (
+        rule.ip_protocol,
+        rule.ip_range.get("CidrIp"),
+        rule.ip_range.get("CidrIpv6"),
+        source.get("GroupId") or source.get("GroupName"),
+        rule.prefix_list_id,
+        ports,
+    )
+
+
+def patch_duplicate_ignores_description() -> Patch:
+    """Judge duplicates as EC2 does: a rule differing only in its description is a duplicate.
+
+    Replaces `moto.ec2.models.security_groups.SecurityGroupRule.__eq__`, which
+    `authorize_security_group_ingress` uses (`rule in group.ingress_rules`) to raise
+    `InvalidPermission.Duplicate`; in 5.2.5 it compares a referenced group's whole dict,
+    Description included, so a second group rule with another description was accepted.
+    """
+    from moto.ec2.models.security_groups import SecurityGroupRule
+
+    def __eq__(self: Any, other: object) -> bool:
+        if not isinstance(other, SecurityGroupRule):
+            return NotImplemented
+        return _rule_identity(self) == _rule_identity(other)
+
+    return _replace(
+        SecurityGroupRule, "__eq__", __eq__, "moto.ec2.models.security_groups.SecurityGroupRule"
+    )
+
+
+def patch_group_rule_description() -> Patch:
+    """Show the description of a rule that references a group, as EC2 does.
+
+    `moto.ec2.models.security_groups.SecurityGroupRule.description` reads only
+    `ip_range["Description"]`; a referenced-group rule keeps its description in
+    `source_group`, so describe dropped it. `modify_security_group_rules` writes a new
+    description into `ip_range`, so that one wins.
+    """
+    from moto.ec2.models.security_groups import SecurityGroupRule
+
+    def description(self: Any) -> str | None:
+        if "Description" in self.ip_range:
+            return str(self.ip_range["Description"])
+        found = (self.source_group or {}).get("Description")
+        return None if found is None else str(found)
+
+    return _replace(
+        SecurityGroupRule,
+        "description",
+        property(description),
+        "moto.ec2.models.security_groups.SecurityGroupRule",
+    )
+
+
+def patch_authorize_returns_all_rules() -> Patch:
+    """Return every rule a multi-permission authorize added, not only the last permission's.
+
+    Replaces `moto.ec2.responses.security_groups.SecurityGroups.authorize_security_group_ingress`:
+    in 5.2.5 it loops over the IpPermissions and returns the rules of the last one only, so
+    the `SecurityGroupRules` of the response missed ids that AWS returns. Like moto (and as
+    AWS does not promise otherwise), a permission that fails keeps the earlier ones applied.
+    """
+    from moto.core.responses import ActionResult
+    from moto.ec2.responses.security_groups import SecurityGroups
+
+    def authorize_security_group_ingress(self: Any) -> Any:
+        self.error_on_dryrun()
+        added: list[Any] = []
+        for kwargs in self._process_rules_from_querystring():
+            rules, _ = self.ec2_backend.authorize_security_group_ingress(**kwargs)
+            added.extend(rules)
+        return ActionResult({"Return": True, "SecurityGroupRules": added})
+
+    return _replace(
+        SecurityGroups,
+        "authorize_security_group_ingress",
+        authorize_security_group_ingress,
+        "moto.ec2.responses.security_groups.SecurityGroups",
+    )
+
+
+def patch_cidr_host_bits_masked() -> Patch:
+    """Store a rule's CIDR with its host bits cleared, as EC2 does (10.0.0.1/8 -> 10.0.0.0/8).
+
+    Wraps `moto.ec2.models.security_groups.SecurityGroupRule.__init__`, which stores
+    `ip_range["CidrIp"]` / `["CidrIpv6"]` as given; the duplicate check and describe then
+    see the masked network. (`modify_security_group_rules` still stores what it is given.)
+    """
+    from moto.ec2.models.security_groups import SecurityGroupRule
+
+    original = SecurityGroupRule.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        for key in ("CidrIp", "CidrIpv6"):
+            value = self.ip_range.get(key)
+            if isinstance(value, str):
+                # A malformed CIDR stays as given: moto's own validation reports it.
+                with contextlib.suppress(ValueError):
+                    self.ip_range[key] = str(ipaddress.ip_network(value, strict=False))
+
+    return _replace(
+        SecurityGroupRule, "__init__", __init__, "moto.ec2.models.security_groups.SecurityGroupRule"
+    )
+
+
+def patch_ec2_fidelity() -> list[Patch]:
+    """All EC2 fidelity patches, in the order they are applied."""
+    return [
+        patch_duplicate_ignores_description(),
+        patch_group_rule_description(),
+        patch_authorize_returns_all_rules(),
+        patch_cidr_host_bits_masked(),
+    ]
+
+
+def patch_events_envelope() -> Patch:
+    """Deliver EventBridge events to targets with their `account` field, as AWS does.
+
+    `moto.events.utils.EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE` (used when a target
+    has no InputTransformer) leaves `account` out of the envelope; the planner rejects events
+    without an account, so the SQS bodies moto delivers would all be ignored.
+    """
+    from moto.events.utils import EventTemplateParser
+
+    path = "moto.events.utils.EventTemplateParser"
+    template = _require(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", path)
+    if '"version": "0", ' not in template or '"account"' in template:
+        raise HookError(f"{path}.DEFAULT_EVENT_INPUT_TEMPLATE changed (moto upgraded?)")
+    fixed = template.replace('"version": "0", ', '"version": "0", "account": "<account>", ')
+    return _replace(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", fixed, path)
+
+
+# (e) and (f) -----------------------------------------------------------------------------
+
+Proceed = Callable[[], Any]
+Interceptor = Callable[[str, str, Proceed], Any]  # (service, operation, proceed) -> response
+
+OBSERVER_LAYER: Final = 0  # innermost: sees the call as moto applied it
+FAULT_LAYER: Final = 1  # outside observers: a "before" fault never reaches moto
+
+_chain_lock = threading.Lock()
+_chains: dict[tuple[type, str], list[tuple[int, int, Interceptor]]] = {}
+_chain_patches: dict[tuple[type, str], Patch] = {}
+_sequence = itertools.count()
+
+
+def response_class(service: str) -> type:
+    """The moto response class (a `moto.core.responses.BaseResponse`) serving a service."""
+    if service not in RESPONSE_CLASSES:
+        raise ValueError(f"no hook for service {service!r}; known: {', '.join(RESPONSE_CLASSES)}")
+    module_name, class_name = RESPONSE_CLASSES[service]
+    cls = _require(importlib.import_module(module_name), class_name, module_name)
+    if not isinstance(cls, type):
+        raise HookError(f"{module_name}.{class_name} is not a class")
+    return cls
+
+
+def response_method_name(operation: str) -> str:
+    """The method `BaseResponse.call_action` dispatches an action to (moto.core.utils)."""
+    from moto.core.utils import camelcase_to_underscores
+
+    return str(camelcase_to_underscores(operation))
+
+
+def intercept_api_call(
+    service: str, operation: str, interceptor: Interceptor, *, layer: int = FAULT_LAYER
+) -> Patch:
+    """Run `interceptor` around every call of one AWS API action served by moto.
+
+    Wraps the response-class method that `moto.core.responses.BaseResponse.call_action`
+    finds with `getattr(self, camelcase_to_underscores(action))`; a moto exception raised
+    here (`ServiceException` or `JsonRESTError`) goes through moto's own error
+    serialisation, so boto3 clients and the Step Functions interpreter see a real AWS error.
+    Interceptors on one method nest by layer (higher is outer), then by installation.
+    """
+    cls = response_class(service)
+    name = response_method_name(operation)
+    key = (cls, name)
+    original = _require(cls, name, f"{cls.__module__}.{cls.__name__}")
+    if not callable(original):
+        raise HookError(f"{cls.__name__}.{name} is not a method")
+    entry = (layer, next(_sequence), interceptor)
+    with _chain_lock:
+        chain = _chains.setdefault(key, [])
+        if key not in _chain_patches:
+            _chain_patches[key] = _replace(
+                cls, name, _chained(service, operation, key, original), cls.__name__
+            )
+        chain.append(entry)
+        chain.sort(key=lambda item: (item[0], item[1]))
+
+    def undo() -> None:
+        with _chain_lock:
+            chain.remove(entry)
+            if not chain:
+                del _chains[key]
+                _chain_patches.pop(key).undo()
+
+    return Patch(f"{service}:{operation} interceptor", undo)
+
+
+def _chained(
+    service: str, operation: str, key: tuple[type, str], original: Callable[..., Any]
+) -> Callable[..., Any]:
+    def method(self: Any) -> Any:
+        with _chain_lock:
+            interceptors = [item[2] for item in _chains.get(key, ())]
+
+        def call(index: int) -> Any:
+            if index < 0:
+                return original(self)
+            return interceptors[index](service, operation, lambda: call(index - 1))
+
+        return call(len(interceptors) - 1)
+
+    method.__name__ = getattr(original, "__name__", key[1])
+    method.__qualname__ = getattr(original, "__qualname__", key[1])
+    return method
+
+
+def service_error(service: str, code: str, message: str) -> Exception:
+    """The moto exception a service raises for an AWS error `code`, as its clients see it."""
+    if service == "ec2":
+        from moto.ec2.exceptions import EC2ClientError
+
+        return EC2ClientError(code, message)
+    if service == "dynamodb":
+        from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
+
+        return DynamodbException(ERROR_TYPE_PREFIX + code, message)
+    if service == "stepfunctions":
+        from moto.core.exceptions import AWSError
+
+        return AWSError(message, exception_type=code)
+    if service == "lambda":
+        from moto.awslambda.exceptions import LambdaClientError
+
+        return LambdaClientError(code, message)
+    raise ValueError(f"no AWS error for service {service!r}; known: {', '.join(RESPONSE_CLASSES)}")
+
+
+def raise_service_error(service: str, code: str, message: str) -> NoReturn:
+    raise service_error(service, code, message)
+
+
+WriteListener = Callable[[str, BaseException | None], None]  # (operation, error or None)
+
+
+def on_ec2_write(listener: WriteListener) -> Patch:
+    """Call `listener` after every EC2 security-group write that reached moto's backend.
+
+    It runs whether the call returned or raised (a write can apply and still fail: a
+    multi-rule authorize keeps the rules before a duplicate, an "after" fault loses the
+    response), and not for a "before" fault, which never reaches moto. It is installed
+    with `intercept_api_call` in the innermost layer on each of `EC2_WRITE_OPERATIONS`.
+    """
+
+    def observe(service: str, operation: str, proceed: Proceed) -> Any:
+        try:
+            result = proceed()
+        except BaseException as error:
+            listener(operation, error)
+            raise
+        listener(operation, None)
+        return result
+
+    patches = [
+        intercept_api_call("ec2", operation, observe, layer=OBSERVER_LAYER)
+        for operation in EC2_WRITE_OPERATIONS
+    ]
+
+    def undo() -> None:
+        for patch in reversed(patches):
+            patch.undo()
+
+    return Patch("EC2 write listener", undo)
+
+
+# Reading moto state directly (test tooling only) ------------------------------------------
+
+
+def ec2_backend(region: str, account_id: str = ACCOUNT_ID) -> Any:
+    """`moto.ec2.models.ec2_backends[account][region]`: the EC2Backend clients talk to."""
+    from moto.ec2.models import ec2_backends
+
+    return ec2_backends[account_id][region]
+
+
+def security_group_rule_docs(backend: Any, group_ids: Iterable[str]) -> list[dict[str, Any]]:
+    """Ingress and egress rules of groups in describe-security-group-rules shape.
+
+    Reads `SecurityGroupBackend.groups` and the rules' tags from `TagBackend.tags` without
+    an API call, so neither faults on Describe* nor request counters see the monitor.
+    """
+    wanted = set(group_ids)
+    tags_by_resource: Mapping[str, Mapping[str, str]] = _require(
+        backend, "tags", "moto.ec2.models.tags.TagBackend"
+    )
+    docs: list[dict[str, Any]] = []
+    groups = _require(backend, "groups", "moto.ec2.models.security_groups.SecurityGroupBackend")
+    for by_id in list(groups.values()):
+        for group in list(by_id.values()):
+            if group.id not in wanted:
+                continue
+            for rule in [*group.ingress_rules, *group.egress_rules]:
+                docs.append(_rule_doc(rule, tags_by_resource.get(rule.id, {})))
+    return docs
+
+
+def _rule_doc(rule: Any, tags: Mapping[str, str]) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "SecurityGroupRuleId": rule.id,
+        "GroupId": rule.group_id,
+        "IsEgress": bool(rule.is_egress),
+        "IpProtocol": rule.ip_protocol,
+        "FromPort": -1 if rule.from_port is None else int(rule.from_port),
+        "ToPort": -1 if rule.to_port is None else int(rule.to_port),
+    }
+    if rule.cidr_ipv4:
+        doc["CidrIpv4"] = rule.cidr_ipv4
+    if rule.cidr_ipv6:
+        doc["CidrIpv6"] = rule.cidr_ipv6
+    if rule.prefix_list_id:
+        doc["PrefixListId"] = rule.prefix_list_id
+    if rule.source_group:
+        doc["ReferencedGroupInfo"] = {"GroupId": rule.source_group.get("GroupId")}
+    if rule.description:
+        doc["Description"] = rule.description
+    doc["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    return doc
+
+
+@dataclass
+class Recorder:
+    """A thread-safe list of floats (the interpreter runs in its own thread).
+
+    `subscribe` adds a listener called with each value right after it is recorded, in the
+    interpreter's thread: a test can act at the moment a Wait state or a Retry backoff
+    starts (stop the execution, inject a fault) without patching anything.
+    """
+
+    values: list[float] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _listeners: list[Callable[[float], None]] = field(default_factory=list, repr=False)
+
+    def __call__(self, value: float) -> None:
+        with self._lock:
+            self.values.append(value)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(value)
+
+    def subscribe(self, listener: Callable[[float], None]) -> Patch:
+        with self._lock:
+            self._listeners.append(listener)
+
+        def undo() -> None:
+            with self._lock:
+                self._listeners.remove(listener)
+
+        return Patch("Recorder listener", undo)
+
+    def snapshot(self) -> list[float]:
+        with self._lock:
+            return list(self.values)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.values.clear()
