@@ -117,28 +117,33 @@ def console_history(runtime: LocalRuntime, execution_arn: str) -> list[str]:
     return lines
 
 
-def deliver_events(world: DemoWorld, events: list[dict[str, Any]]) -> dict[str, Any]:
-    """put_events to EventBridge; the template's rule routes them to the SQS queue; returns the
-    SQS batch the planner Lambda receives."""
+def publish(world: DemoWorld, events: list[dict[str, Any]]) -> None:
+    """put_events to EventBridge (10 entries per call); the template's rule routes them to SQS."""
+    for first in range(0, len(events), 10):
+        world.runtime.clients.events.put_events(
+            Entries=[
+                {
+                    "Source": e["source"],
+                    "DetailType": e["detail-type"],
+                    "Detail": json.dumps(e["detail"]),
+                    "Resources": e["resources"],
+                }
+                for e in events[first : first + 10]
+            ]
+        )
+
+
+def poll_queue(world: DemoWorld, batch_size: int = 100) -> dict[str, Any]:
+    """What the Lambda SQS poller hands the planner: up to `batch_size` messages (the template's
+    BatchSize; its 20 s batching window lets a burst arrive first)."""
     clients = world.runtime.clients
-    clients.events.put_events(
-        Entries=[
-            {
-                "Source": e["source"],
-                "DetailType": e["detail-type"],
-                "Detail": json.dumps(e["detail"]),
-                "Resources": e["resources"],
-            }
-            for e in events
-        ]
-    )
     queue_url = world.runtime.ref("EventQueue")
     records: list[dict[str, Any]] = []
-    for _ in range(5):  # bounded: the queue holds at most len(events) messages
-        batch = clients.sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
-        )
-        messages = batch.get("Messages", [])
+    while len(records) < batch_size:
+        wanted = min(10, batch_size - len(records))
+        messages = clients.sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=wanted, AttributeNames=["All"]
+        ).get("Messages", [])
         if not messages:
             break
         for m in messages:
@@ -157,6 +162,12 @@ def deliver_events(world: DemoWorld, events: list[dict[str, Any]]) -> dict[str, 
             )
             clients.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
     return {"Records": records}
+
+
+def deliver_events(world: DemoWorld, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """CloudTrail events through EventBridge and SQS: the batch the planner Lambda receives."""
+    publish(world, events)
+    return poll_queue(world)
 
 
 def run_planner(world: DemoWorld, event: dict[str, Any]) -> str | None:
