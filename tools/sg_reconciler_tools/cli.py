@@ -152,6 +152,8 @@ def run_live(args: argparse.Namespace) -> int:
         raise InputError("--live reads the account: drop --current and --desired")
     if args.policy is None:
         raise InputError("--live needs --policy FILE")
+    if args.owner != DEFAULT_OWNER or args.max_rules_per_group != DEFAULT_MAX_RULES_PER_GROUP:
+        raise InputError("--live takes the owner and the quota from the policy, not from options")
     try:
         live = _read_live(args)
     except (PolicyError, RuleError) as err:
@@ -161,6 +163,12 @@ def run_live(args: argparse.Namespace) -> int:
     else:
         print(render_plan(live.result))
         print(f"desired: {len(live.desired)} managed rule(s) in {len(live.groups)} group(s)")
+        if live.state is not None and live.state.exposure:
+            reports = [live.state.exposure[g] for g in live.groups if g in live.state.exposure]
+            print(
+                f"exposure: {sum(r.exposed_ports for r in reports)} port(s) open beyond need "
+                f"(one range per source would open {sum(r.single_range_exposed_ports for r in reports)})"
+            )
         for note in live.notes:
             print(f"note: {note}")
     return 0 if isinstance(live.result, Plan) else EXIT_REFUSED

@@ -14,4 +14,6 @@ def client(service: str, attempts: int = 1) -> Any:
     """A client making `attempts` tries per call in all (1 for steps: Step Functions retries,
     visibly in the console, with its own backoff)."""
     make: Any = boto3.client  # typed per service literal; the service here is a plain str
-    return make(service, config=Config(retries={"mode": "standard", "total_max_attempts": attempts}))
+    return make(
+        service, config=Config(retries={"mode": "standard", "total_max_attempts": attempts})
+    )

@@ -1,0 +1,432 @@
+"""Read what the desired state depends on, with batched, paginated describes (reads only).
+
+The number of calls grows with pages, not with objects, wherever the API has a batch form:
+one paged listing of all load balancers and of all target groups, tags in chunks of 20
+ARNs, and instances, interfaces, rules and groups through filters of up to 200 values.
+`describe_target_health` takes one target group per call and has no batch form, so it is
+one call per managed target group (a few run concurrently); `describe_call_estimate`
+counts it apart. At 10,000 target groups it dominates the read: see benchmarks/.
+
+Listeners are not read: a target group's `LoadBalancerArns` already says which load
+balancers send it traffic (through a default action or a rule), and listeners have no
+account-wide listing, so reading them would cost one call per load balancer for nothing.
+
+Groups are read after their rules: a group deleted while the reader runs is then missing
+from the group listing and is dropped from scope, instead of looking like a group with no
+rules. Filters never raise `InvalidGroup.NotFound`; if a call does, the batch is split
+until the missing ids are isolated and dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from botocore.exceptions import ClientError
+
+from sg_reconciler.core.inventory import (
+    Inventory,
+    LoadBalancer,
+    SecurityGroup,
+    Target,
+    TargetGroup,
+    TargetKind,
+    tags_of,
+)
+from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleError, ingress_rules
+from sg_reconciler.policy import Policy
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_elbv2 import ElasticLoadBalancingv2Client
+
+ELB_PAGE_SIZE = 400  # describe_load_balancers / describe_target_groups maximum
+EC2_PAGE_SIZE = 1000  # MaxResults maximum of the EC2 describes used here
+FILTER_CHUNK = 200  # values per EC2 filter
+TAG_CHUNK = 20  # ResourceArns per elbv2 describe_tags
+TARGET_HEALTH_WORKERS = 4  # concurrent describe_target_health calls (no batch form exists)
+
+GROUP_NOT_FOUND = frozenset({"InvalidGroup.NotFound", "InvalidGroupId.NotFound"})
+LB_NOT_FOUND = frozenset({"LoadBalancerNotFound"})
+TG_NOT_FOUND = frozenset({"TargetGroupNotFound"})
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def chunks(items: Sequence[T], size: int) -> list[list[T]]:
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def error_code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def split_on_missing(
+    fetch: Callable[[list[T]], list[R]],
+    items: list[T],
+    codes: frozenset[str],
+    dropped: list[T],
+) -> list[R]:
+    """Run a batched read; when it fails because an item is gone, halve the batch and retry.
+
+    The missing items end up in `dropped`; the rest are read. Messages are never parsed.
+    """
+    if not items:
+        return []
+    try:
+        return fetch(items)
+    except ClientError as err:
+        if error_code(err) not in codes:
+            raise
+    if len(items) == 1:
+        dropped.extend(items)
+        return []
+    mid = len(items) // 2
+    return split_on_missing(fetch, items[:mid], codes, dropped) + split_on_missing(
+        fetch, items[mid:], codes, dropped
+    )
+
+
+@dataclass
+class _Reader:
+    ec2: EC2Client
+    elbv2: ElasticLoadBalancingv2Client
+    policy: Policy
+
+    def __post_init__(self) -> None:
+        self.notes: list[str] = []
+
+    # --- ELBv2 ---------------------------------------------------------------------------
+
+    def load_balancers(self) -> list[LoadBalancer]:
+        found: list[dict[str, Any]] = []
+        paginator = self.elbv2.get_paginator("describe_load_balancers")
+        for page in paginator.paginate(PaginationConfig={"PageSize": ELB_PAGE_SIZE}):
+            found.extend(page.get("LoadBalancers", []))  # type: ignore[arg-type]
+        tags: dict[str, dict[str, str]] = {}
+
+        def fetch(arns: list[str]) -> list[tuple[str, dict[str, str]]]:
+            response = self.elbv2.describe_tags(ResourceArns=arns)
+            return [
+                (d["ResourceArn"], {t["Key"]: t.get("Value", "") for t in d.get("Tags", [])})
+                for d in response.get("TagDescriptions", [])
+            ]
+
+        gone: list[str] = []
+        for batch in chunks([lb["LoadBalancerArn"] for lb in found], TAG_CHUNK):
+            tags.update(split_on_missing(fetch, batch, LB_NOT_FOUND, gone))
+        managed = []
+        for lb in found:
+            arn = lb["LoadBalancerArn"]
+            if arn in gone or not self.policy.selects(tags.get(arn, {})):
+                continue
+            managed.append(
+                LoadBalancer(
+                    arn=arn,
+                    name=lb.get("LoadBalancerName", arn),
+                    type=lb.get("Type", ""),
+                    security_groups=tuple(lb.get("SecurityGroups", [])),
+                    tags=tags_of(tags.get(arn, {})),
+                    vpc_id=lb.get("VpcId", ""),
+                )
+            )
+        return managed
+
+    def target_groups(self, managed: Iterable[LoadBalancer]) -> list[dict[str, Any]]:
+        arns = {lb.arn for lb in managed}
+        if not arns:
+            return []
+        found: list[dict[str, Any]] = []
+        paginator = self.elbv2.get_paginator("describe_target_groups")
+        for page in paginator.paginate(PaginationConfig={"PageSize": ELB_PAGE_SIZE}):
+            for tg in page.get("TargetGroups", []):
+                if arns.intersection(tg.get("LoadBalancerArns", [])):
+                    found.append(dict(tg))
+        return found
+
+    def targets(self, tg: dict[str, Any]) -> list[tuple[str, int | None]] | None:
+        """The registered targets of one group (no batch form exists: one call per group)."""
+        try:
+            response = self.elbv2.describe_target_health(TargetGroupArn=tg["TargetGroupArn"])
+        except ClientError as err:
+            if error_code(err) not in TG_NOT_FOUND:
+                raise
+            return None  # deleted since the listing; noted by the caller
+        return [
+            (d["Target"]["Id"], d["Target"].get("Port"))
+            for d in response.get("TargetHealthDescriptions", [])
+        ]
+
+    # --- EC2 -----------------------------------------------------------------------------
+
+    def instance_groups(self, instance_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Instance id -> groups of its primary interface (where the load balancer sends)."""
+        result: dict[str, tuple[str, ...]] = {}
+        paginator = self.ec2.get_paginator("describe_instances")
+        for batch in chunks(sorted(set(instance_ids)), FILTER_CHUNK):
+            pages = paginator.paginate(
+                Filters=[{"Name": "instance-id", "Values": batch}],
+                PaginationConfig={"PageSize": EC2_PAGE_SIZE},
+            )
+            for page in pages:
+                for reservation in page.get("Reservations", []):
+                    for instance in reservation.get("Instances", []):
+                        primary = [
+                            eni
+                            for eni in instance.get("NetworkInterfaces", [])
+                            if eni.get("Attachment", {}).get("DeviceIndex") == 0
+                        ]
+                        groups = primary[0].get("Groups", []) if primary else []
+                        if not groups:
+                            groups = instance.get("SecurityGroups", [])
+                        result[instance["InstanceId"]] = tuple(
+                            g["GroupId"] for g in groups if "GroupId" in g
+                        )
+        return result
+
+    def ip_interfaces(
+        self, addresses: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[tuple[str, ...], str | None]]:
+        """(VPC, IP) -> (groups, instance id) of the interface holding that address."""
+        by_vpc: dict[tuple[str, str], set[str]] = {}
+        for vpc_id, ip in addresses:
+            name = "ipv6-addresses.ipv6-address" if ":" in ip else "addresses.private-ip-address"
+            by_vpc.setdefault((vpc_id, name), set()).add(ip)
+        result: dict[tuple[str, str], tuple[tuple[str, ...], str | None]] = {}
+        paginator = self.ec2.get_paginator("describe_network_interfaces")
+        for (vpc_id, name), ips in sorted(by_vpc.items()):
+            for batch in chunks(sorted(ips), FILTER_CHUNK):
+                filters: list[Any] = [{"Name": name, "Values": batch}]
+                if vpc_id:
+                    filters.append({"Name": "vpc-id", "Values": [vpc_id]})
+                pages = paginator.paginate(
+                    Filters=filters, PaginationConfig={"PageSize": EC2_PAGE_SIZE}
+                )
+                wanted = set(batch)
+                for page in pages:
+                    for eni in page.get("NetworkInterfaces", []):
+                        groups = tuple(g["GroupId"] for g in eni.get("Groups", []))
+                        instance = eni.get("Attachment", {}).get("InstanceId")
+                        own = {a.get("PrivateIpAddress") for a in eni.get("PrivateIpAddresses", [])}
+                        own |= {a.get("Ipv6Address") for a in eni.get("Ipv6Addresses", [])}
+                        own.add(eni.get("PrivateIpAddress"))
+                        for ip in wanted & own:
+                            result[(vpc_id, ip)] = (groups, instance)
+        return result
+
+    def owned_groups(self) -> set[str]:
+        """Groups that hold a rule with our owner tag, found by a server-side tag filter."""
+        paginator = self.ec2.get_paginator("describe_security_group_rules")
+        pages = paginator.paginate(
+            Filters=[{"Name": f"tag:{OWNER_TAG_KEY}", "Values": [self.policy.owner]}],
+            PaginationConfig={"PageSize": EC2_PAGE_SIZE},
+        )
+        return {
+            r["GroupId"]
+            for page in pages
+            for r in page.get("SecurityGroupRules", [])
+            if not r.get("IsEgress")
+        }
+
+    def rules(self, group_ids: Iterable[str]) -> list[Rule]:
+        paginator = self.ec2.get_paginator("describe_security_group_rules")
+
+        def fetch(batch: list[str]) -> list[dict[str, Any]]:
+            pages = paginator.paginate(
+                Filters=[{"Name": "group-id", "Values": batch}],
+                PaginationConfig={"PageSize": EC2_PAGE_SIZE},
+            )
+            return [dict(r) for page in pages for r in page.get("SecurityGroupRules", [])]
+
+        docs: list[dict[str, Any]] = []
+        gone: list[str] = []
+        for batch in chunks(sorted(set(group_ids)), FILTER_CHUNK):
+            docs.extend(split_on_missing(fetch, batch, GROUP_NOT_FOUND, gone))
+        parsed: list[Rule] = []
+        for doc in docs:
+            try:
+                parsed.extend(ingress_rules([doc], "current"))
+            except RuleError as err:  # a rule we cannot model is reported, never touched
+                self.notes.append(f"{doc.get('GroupId')}: skipped an unreadable rule ({err})")
+        return parsed
+
+    def groups(self, group_ids: Iterable[str]) -> dict[str, SecurityGroup]:
+        paginator = self.ec2.get_paginator("describe_security_groups")
+
+        def fetch(batch: list[str]) -> list[SecurityGroup]:
+            pages = paginator.paginate(
+                Filters=[{"Name": "group-id", "Values": batch}],
+                PaginationConfig={"PageSize": EC2_PAGE_SIZE},
+            )
+            return [
+                SecurityGroup(
+                    group_id=g["GroupId"],
+                    vpc_id=g.get("VpcId", ""),
+                    name=g.get("GroupName", ""),
+                    tags=tags_of({t["Key"]: t.get("Value", "") for t in g.get("Tags", [])}),
+                )
+                for page in pages
+                for g in page.get("SecurityGroups", [])
+            ]
+
+        found: dict[str, SecurityGroup] = {}
+        gone: list[str] = []
+        for batch in chunks(sorted(set(group_ids)), FILTER_CHUNK):
+            found.update(
+                (g.group_id, g) for g in split_on_missing(fetch, batch, GROUP_NOT_FOUND, gone)
+            )
+        return found
+
+    # --- composition ---------------------------------------------------------------------
+
+    def read(self) -> Inventory:
+        policy = self.policy
+        lbs = self.load_balancers()
+        raw_tgs = self.target_groups(lbs)
+        # One call per target group, so they run a few at a time (boto3 clients are
+        # thread-safe); results are gathered in listing order, so the read is deterministic.
+        with ThreadPoolExecutor(max_workers=TARGET_HEALTH_WORKERS) as pool:
+            healths = list(pool.map(self.targets, raw_tgs))
+        registered: dict[str, list[tuple[str, int | None]]] = {}
+        for tg, targets in zip(raw_tgs, healths, strict=True):
+            if targets is None:
+                self.notes.append(
+                    f"target group {tg.get('TargetGroupName')} vanished while reading"
+                )
+            else:
+                registered[tg["TargetGroupArn"]] = targets
+        need_interfaces = policy.destination.kind != "named_groups"
+        instance_ids = [
+            tid
+            for tg in raw_tgs
+            if tg.get("TargetType") == "instance"
+            for tid, _ in registered.get(tg["TargetGroupArn"], [])
+        ]
+        addresses = [
+            (tg.get("VpcId", ""), tid)
+            for tg in raw_tgs
+            if tg.get("TargetType") == "ip"
+            for tid, _ in registered.get(tg["TargetGroupArn"], [])
+        ]
+        by_instance = self.instance_groups(instance_ids) if need_interfaces else {}
+        by_ip = self.ip_interfaces(addresses) if need_interfaces else {}
+
+        target_groups: list[TargetGroup] = []
+        for tg in raw_tgs:
+            arn = tg["TargetGroupArn"]
+            if arn not in registered:
+                continue
+            kind: TargetKind = tg.get("TargetType", "instance")
+            members: list[Target] = []
+            for tid, port in registered[arn]:
+                where: tuple[tuple[str, ...], str | None] = ((), None)
+                if kind == "instance":
+                    where = (by_instance.get(tid, ()), tid)
+                elif kind == "ip":
+                    where = by_ip.get((tg.get("VpcId", ""), tid), where)
+                members.append(Target(tid, port, *where))
+            target_groups.append(
+                TargetGroup(
+                    arn=arn,
+                    name=tg.get("TargetGroupName", arn),
+                    protocol=tg.get("Protocol", ""),
+                    port=tg.get("Port"),
+                    target_type=kind,
+                    health_check_port=str(tg.get("HealthCheckPort") or "traffic-port"),
+                    health_check_protocol=tg.get("HealthCheckProtocol") or "TCP",
+                    health_check_enabled=bool(tg.get("HealthCheckEnabled", True)),
+                    load_balancer_arns=tuple(tg.get("LoadBalancerArns", [])),
+                    vpc_id=tg.get("VpcId", ""),
+                    targets=tuple(members),
+                )
+            )
+
+        hosts: set[str] = {r.group_id for r in policy.desired_settings().static_rules}
+        hosts |= set(policy.destination.group_ids)
+        for tg_model in target_groups:
+            for target in tg_model.targets:
+                hosts.update(target.group_ids)
+        owned = self.owned_groups()
+        hosts |= owned
+        peers = {g for lb in lbs for g in lb.security_groups}
+        if policy.rule_source.group_id:
+            peers.add(policy.rule_source.group_id)
+        peers |= {
+            r.key.peer.value
+            for r in policy.desired_settings().static_rules
+            if r.key.peer.kind == "group"
+        }
+        rules = self.rules(hosts)
+        groups = self.groups(hosts | peers)  # after the rules: see the module docstring
+        dropped = sorted(g for g in hosts if g not in groups)
+        if dropped:
+            self.notes.append(
+                f"group(s) {', '.join(dropped)} not found (deleted?): dropped from scope"
+            )
+        return Inventory(
+            load_balancers=tuple(lbs),
+            target_groups=tuple(target_groups),
+            groups=groups,
+            rules=tuple(r for r in rules if r.group_id in groups),
+            owned_groups=frozenset(g for g in owned if g in groups),
+            notes=tuple(self.notes),
+        )
+
+
+def read_inventory(
+    ec2: EC2Client, elbv2: ElasticLoadBalancingv2Client, policy: Policy
+) -> Inventory:
+    """Everything the desired state of `policy` depends on, plus the rules of the groups in play."""
+    return _Reader(ec2, elbv2, policy).read()
+
+
+@dataclass(frozen=True)
+class WorldSize:
+    """Object counts of an account, to estimate the describe calls a full read costs."""
+
+    load_balancers: int
+    managed_load_balancers: int
+    target_groups: int
+    managed_target_groups: int
+    instances: int
+    ip_targets: int
+    rule_groups: int  # groups whose rules are read
+    rules: int
+    groups: int  # groups described (rule groups and rule sources)
+    owned_rules: int
+
+
+def describe_call_estimate(size: WorldSize) -> dict[str, int]:
+    """Describe calls of one full read, from AWS page sizes, assuming objects spread evenly.
+
+    `describe_target_health` is reported apart: it has no batch form.
+    """
+
+    def paged(objects: int, per_page: int) -> int:
+        return max(1, math.ceil(objects / per_page))
+
+    def filtered(ids: int, objects: int, per_page: int) -> int:
+        if ids == 0:
+            return 0
+        batches = math.ceil(ids / FILTER_CHUNK)
+        return sum(paged(math.ceil(objects / batches), per_page) for _ in range(batches))
+
+    batched = {
+        "DescribeLoadBalancers": paged(size.load_balancers, ELB_PAGE_SIZE),
+        "DescribeTags": math.ceil(size.load_balancers / TAG_CHUNK),
+        "DescribeTargetGroups": paged(size.target_groups, ELB_PAGE_SIZE)
+        if size.managed_load_balancers
+        else 0,
+        "DescribeInstances": filtered(size.instances, size.instances, EC2_PAGE_SIZE),
+        "DescribeNetworkInterfaces": filtered(size.ip_targets, size.ip_targets, EC2_PAGE_SIZE),
+        "DescribeSecurityGroupRules": paged(size.owned_rules, EC2_PAGE_SIZE)
+        + filtered(size.rule_groups, size.rules, EC2_PAGE_SIZE),
+        "DescribeSecurityGroups": filtered(size.groups, size.groups, EC2_PAGE_SIZE),
+    }
+    batched["batched_total"] = sum(batched.values())
+    batched["DescribeTargetHealth"] = size.managed_target_groups
+    return batched

@@ -1,0 +1,89 @@
+"""What the inventory reader saw: load balancers, target groups, targets and security groups.
+
+Plain frozen dataclasses, filled by `sg_reconciler.adapters.inventory` from describe calls
+and by generators in tests and benchmarks, so desired-state code never touches boto3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sg_reconciler.core.rules import Rule
+
+TargetKind = Literal["instance", "ip", "lambda", "alb"]
+Tags = tuple[tuple[str, str], ...]
+
+
+def tags_of(pairs: Mapping[str, str]) -> Tags:
+    """Tags in a hashable, ordered form."""
+    return tuple(sorted(pairs.items()))
+
+
+@dataclass(frozen=True)
+class SecurityGroup:
+    group_id: str
+    vpc_id: str = ""
+    name: str = ""
+    tags: Tags = ()
+
+    def tag(self, key: str) -> str | None:
+        return next((v for k, v in self.tags if k == key), None)
+
+
+@dataclass(frozen=True)
+class LoadBalancer:
+    arn: str
+    name: str
+    type: str  # "network", "application" or "gateway"
+    security_groups: tuple[str, ...] = ()
+    tags: Tags = ()
+    vpc_id: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A registered target and the security groups of the interface the traffic reaches.
+
+    `group_ids` is empty when the interface was not found (an IP outside the VPC, a stopped
+    instance); `instance_id` is the instance behind the interface, if any.
+    """
+
+    target_id: str
+    port: int | None = None
+    group_ids: tuple[str, ...] = ()
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetGroup:
+    arn: str
+    name: str
+    protocol: str  # TCP, UDP, TCP_UDP, TLS, HTTP, HTTPS, GENEVE, ...
+    port: int | None
+    target_type: TargetKind
+    health_check_port: str = "traffic-port"  # or a port number as text, as ELBv2 returns it
+    health_check_protocol: str = "TCP"
+    health_check_enabled: bool = True
+    load_balancer_arns: tuple[str, ...] = ()
+    vpc_id: str = ""
+    targets: tuple[Target, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """One consistent-enough read of the account, in the order the reader needs it.
+
+    `groups` holds only groups that still existed after their rules were read, so a group
+    deleted mid-read is absent here and its rules are dropped from `rules`.
+    `owned_groups` are groups that carry at least one rule with the owner tag (they stay in
+    play even when nothing desires rules in them any more, so their stale rules go away).
+    """
+
+    load_balancers: tuple[LoadBalancer, ...] = ()
+    target_groups: tuple[TargetGroup, ...] = ()
+    groups: Mapping[str, SecurityGroup] = field(default_factory=dict)
+    rules: tuple[Rule, ...] = ()
+    owned_groups: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()

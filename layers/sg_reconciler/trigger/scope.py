@@ -1,0 +1,439 @@
+"""From a trigger (an SQS record carrying an EventBridge event) to the Scope it affects.
+
+`parse_record` is the only entry point the planner needs: it never raises. Events that
+must not start work (failed calls, calls by the reconciler's own roles, other accounts or
+regions, unknown or malformed events) come back as `Ignored` with a reason and one log
+line, so one odd message never fails an SQS batch. Relevant events map to the narrowest
+`Scope` the event allows; when the event does not say enough to narrow it (a group named
+only by name, an ARN of an unknown shape), the scope is everything, since a full
+re-plan is always correct and only costs time.
+
+`event_pattern` is the EventBridge rule that feeds the queue; it drops the reconciler's
+own calls and failed calls before they cost a Lambda run (invariant 8: no feedback loop).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import ValidationError
+
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.trigger.cloudtrail import (
+    CLASSIC_ELB_API_VERSION,
+    CLOUDTRAIL_DETAIL_TYPE,
+    EC2_EVENT_SOURCE,
+    EC2_SOURCE,
+    ELB_EVENT_NAMES,
+    ELB_EVENT_SOURCE,
+    ELB_SOURCE,
+    EVENT_NAMES,
+    SCHEDULE_SOURCE,
+    SCHEDULED_DETAIL_TYPE,
+    Action,
+    AddTagsDetail,
+    AuthorizeSecurityGroupIngressDetail,
+    CloudTrailDetail,
+    CloudTrailEvent,
+    CreateListenerDetail,
+    CreateLoadBalancerDetail,
+    CreateRuleDetail,
+    CreateSecurityGroupDetail,
+    CreateTargetGroupDetail,
+    DeleteListenerDetail,
+    DeleteLoadBalancerDetail,
+    DeleteRuleDetail,
+    DeleteSecurityGroupDetail,
+    DeleteTargetGroupDetail,
+    DeregisterTargetsDetail,
+    ModifyInstanceAttributeDetail,
+    ModifyListenerDetail,
+    ModifyNetworkInterfaceAttributeDetail,
+    ModifyRuleDetail,
+    ModifySecurityGroupRulesDetail,
+    ModifyTargetGroupDetail,
+    RegisterTargetsDetail,
+    RemoveTagsDetail,
+    RevokeSecurityGroupIngressDetail,
+    RulesResponse,
+    SetSecurityGroupsDetail,
+    TargetsParameters,
+    UpdateSecurityGroupRuleDescriptionsIngressDetail,
+)
+
+logger = logging.getLogger(__name__)
+
+_MAX_REASON = 300
+
+
+@dataclass(frozen=True)
+class Relevant:
+    """An event that asks for a re-plan of `scope` (`event_id` is the EventBridge id)."""
+
+    event_id: str
+    event_name: str
+    scope: Scope
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """An event that starts no work, and why (`event_id` is None when it could not be read)."""
+
+    event_id: str | None
+    reason: str
+
+
+Parsed = Relevant | Ignored
+
+
+def parse_record(
+    body: str | Mapping[str, Any],
+    *,
+    account_id: str,
+    region: str,
+    own_role_arns: frozenset[str],
+) -> Parsed:
+    """Classify one trigger: an EventBridge event as JSON text or dict (an SQS record is unwrapped).
+
+    Never raises: anything unreadable becomes `Ignored`, logged once at INFO.
+    """
+    try:
+        parsed = _parse(body, account_id=account_id, region=region, own_role_arns=own_role_arns)
+    except Exception as exc:  # the batch must survive any event; the traceback shows the bug
+        parsed = Ignored(None, _short(f"unexpected error: {type(exc).__name__}: {exc}"))
+        logger.exception(
+            "ignored event: %s", parsed.reason, extra={"event_id": None, "reason": parsed.reason}
+        )
+        return parsed
+    if isinstance(parsed, Ignored):
+        logger.info(
+            "ignored event %s: %s",
+            parsed.event_id,
+            parsed.reason,
+            extra={"event_id": parsed.event_id, "reason": parsed.reason},
+        )
+    return parsed
+
+
+def scope_of(detail: CloudTrailDetail) -> Scope:
+    """What a successful call changed, as a Scope; an empty Scope means nothing we manage."""
+    match detail:
+        case AuthorizeSecurityGroupIngressDetail():
+            return _authorize(detail)
+        case (
+            RevokeSecurityGroupIngressDetail() | UpdateSecurityGroupRuleDescriptionsIngressDetail()
+        ):
+            return _groups_or_everything([detail.requestParameters.groupId])
+        case ModifySecurityGroupRulesDetail():
+            request = detail.requestParameters.ModifySecurityGroupRulesRequest
+            return _groups_or_everything([request.GroupId])
+        case CreateSecurityGroupDetail():
+            created = detail.responseElements
+            return _groups_or_everything([created.groupId if created is not None else None])
+        case DeleteSecurityGroupDetail():
+            return _groups_or_everything([detail.requestParameters.groupId])
+        case ModifyNetworkInterfaceAttributeDetail():
+            # The event names the interface's new groups but not the ones it left, and a
+            # Scope has no interface field: only a full re-plan finds the stale rules.
+            return Scope() if detail.requestParameters.groupSet is None else Scope.everything()
+        case ModifyInstanceAttributeDetail():
+            return _instance_groups(detail)
+        case CreateLoadBalancerDetail():
+            return _create_load_balancer(detail)
+        case DeleteLoadBalancerDetail():
+            return Scope(load_balancer_arns=_ids([detail.requestParameters.loadBalancerArn]))
+        case SetSecurityGroupsDetail():
+            return _set_security_groups(detail)
+        case CreateTargetGroupDetail():
+            described = detail.responseElements.targetGroups if detail.responseElements else []
+            arns = _ids(tg.targetGroupArn for tg in described)
+            return Scope(target_group_arns=arns) if arns else Scope.everything()
+        case ModifyTargetGroupDetail():
+            described = detail.responseElements.targetGroups if detail.responseElements else []
+            return Scope(
+                load_balancer_arns=_ids(lb for tg in described for lb in tg.loadBalancerArns),
+                target_group_arns=_ids([detail.requestParameters.targetGroupArn]),
+            )
+        case DeleteTargetGroupDetail():
+            return Scope(target_group_arns=_ids([detail.requestParameters.targetGroupArn]))
+        case CreateListenerDetail():
+            return _create_listener(detail)
+        case ModifyListenerDetail():
+            return _modify_listener(detail)
+        case DeleteListenerDetail():
+            return _with_load_balancer(detail.requestParameters.listenerArn, Scope())
+        case CreateRuleDetail():
+            return _rule_actions(
+                detail.requestParameters.listenerArn,
+                detail.requestParameters.actions,
+                detail.responseElements,
+            )
+        case ModifyRuleDetail():
+            return _rule_actions(
+                detail.requestParameters.ruleArn,
+                detail.requestParameters.actions,
+                detail.responseElements,
+            )
+        case DeleteRuleDetail():
+            return _with_load_balancer(detail.requestParameters.ruleArn, Scope())
+        case RegisterTargetsDetail() | DeregisterTargetsDetail():
+            return _targets(detail.requestParameters)
+        case AddTagsDetail() | RemoveTagsDetail():
+            return _tagged(detail.requestParameters.resourceArns)
+    # An event name without a case is a programming error; a full re-plan stays correct.
+    return Scope.everything()
+
+
+def event_pattern(own_role_arns: list[str]) -> dict[str, Any]:
+    """The EventBridge rule pattern for the trigger queue.
+
+    It keeps successful calls named in `EVENT_NAMES` and drops calls whose session was
+    issued by one of the reconciler's roles. `anything-but` never matches a missing field,
+    and IAM users and root log an empty `sessionIssuer` (no `arn`), so the filter is an
+    `$or` of "issuer ARN absent" and "issuer ARN is none of ours"; a bare `anything-but`
+    would silently drop every IAM-user change.
+    """
+    detail: dict[str, Any] = {
+        "eventSource": [EC2_EVENT_SOURCE, ELB_EVENT_SOURCE],
+        "eventName": list(EVENT_NAMES),
+        "errorCode": [{"exists": False}],
+    }
+    own = list(dict.fromkeys(own_role_arns))  # deduplicated, in the template's order
+    if own:
+        detail["$or"] = [
+            {"userIdentity": {"sessionContext": {"sessionIssuer": {"arn": [{"exists": False}]}}}},
+            {
+                "userIdentity": {
+                    "sessionContext": {"sessionIssuer": {"arn": [{"anything-but": own}]}}
+                }
+            },
+        ]
+    return {
+        "source": [EC2_SOURCE, ELB_SOURCE],
+        "detail-type": [CLOUDTRAIL_DETAIL_TYPE],
+        "detail": detail,
+    }
+
+
+# ---------------------------------------------------------------- internals
+
+_INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
+# arn:<partition>:elasticloadbalancing:<region>:<account>:<kind>/<path>
+_ELB_ARN = re.compile(r"^arn:aws[a-z-]*:elasticloadbalancing:[a-z0-9-]+:\d{12}:([a-z-]+)/(.+)$")
+# Path segments after the kind: loadbalancer/<type>/<name>/<id>, listener/<type>/<name>/<lb-id>/<id>,
+# listener-rule/<type>/<name>/<lb-id>/<listener-id>/<id>.
+_LB_PATH_SEGMENTS = {"loadbalancer": 3, "listener": 4, "listener-rule": 5}
+
+
+def _parse(
+    body: str | Mapping[str, Any],
+    *,
+    account_id: str,
+    region: str,
+    own_role_arns: frozenset[str],
+) -> Parsed:
+    raw = _load(body)
+    if isinstance(raw, Ignored):
+        return raw
+    event_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+
+    try:
+        envelope = EventBridgeModel.model_validate(raw)
+    except ValidationError as exc:
+        return Ignored(event_id, _short(f"malformed event: {_first_error(exc)}"))
+    event_id = envelope.id
+    if envelope.account != account_id:
+        return Ignored(event_id, f"event for account {envelope.account}, not {account_id}")
+    if envelope.region != region:
+        return Ignored(event_id, f"event for region {envelope.region}, not {region}")
+    if envelope.source == SCHEDULE_SOURCE and envelope.detail_type == SCHEDULED_DETAIL_TYPE:
+        return Relevant(event_id, SCHEDULED_DETAIL_TYPE, Scope.everything())
+    if envelope.detail_type != CLOUDTRAIL_DETAIL_TYPE:
+        return Ignored(
+            event_id,
+            _short(
+                f"unsupported event: source {envelope.source}, detail-type {envelope.detail_type}"
+            ),
+        )
+    try:
+        detail = CloudTrailDetail.model_validate(raw["detail"])
+    except ValidationError as exc:
+        return Ignored(event_id, _short(f"malformed CloudTrail detail: {_first_error(exc)}"))
+
+    name = detail.eventName
+    issuer = detail.userIdentity.issuer_arn
+    if issuer is not None and issuer in own_role_arns:
+        return Ignored(event_id, f"{name} made by the reconciler's own role {issuer}")
+    if detail.errorCode is not None:
+        return Ignored(event_id, _short(f"{name} failed with {detail.errorCode}"))
+    if name not in EVENT_NAMES:
+        return Ignored(event_id, _short(f"unsupported event name {name}"))
+    if name in ELB_EVENT_NAMES and detail.apiVersion == CLASSIC_ELB_API_VERSION:
+        return Ignored(event_id, f"{name} on a classic load balancer, which is not managed")
+
+    try:
+        event = CloudTrailEvent.model_validate(raw)
+    except ValidationError as exc:
+        return Ignored(event_id, _short(f"malformed {name} event: {_first_error(exc)}"))
+    scope = scope_of(event.detail)
+    if not scope:
+        return Ignored(event_id, f"{name} changes nothing the reconciler manages")
+    return Relevant(event_id, name, scope)
+
+
+def _load(body: str | Mapping[str, Any]) -> dict[str, Any] | Ignored:
+    """JSON text or a dict; an SQS record (from the Lambda event) is unwrapped to its body."""
+    value: Any = body
+    for _ in range(2):  # at most: SQS record -> body text -> event
+        if isinstance(value, str | bytes):
+            try:
+                value = json.loads(value)
+            except (ValueError, RecursionError) as exc:
+                return Ignored(None, _short(f"body is not JSON: {exc}"))
+        if isinstance(value, Mapping) and value.get("eventSource") == "aws:sqs" and "body" in value:
+            value = value["body"]
+            continue
+        break
+    if not isinstance(value, Mapping):
+        return Ignored(None, f"body is a JSON {type(value).__name__}, not an object")
+    return dict(value)
+
+
+def _groups_or_everything(group_ids: Iterable[str | None]) -> Scope:
+    """The named groups; a call that names none (default-VPC calls by group name) cannot be narrowed."""
+    groups = _ids(group_ids)
+    return Scope(group_ids=groups) if groups else Scope.everything()
+
+
+def _authorize(detail: AuthorizeSecurityGroupIngressDetail) -> Scope:
+    added = detail.responseElements.securityGroupRuleSet.items if detail.responseElements else []
+    return _groups_or_everything([detail.requestParameters.groupId, *(r.groupId for r in added)])
+
+
+def _instance_groups(detail: ModifyInstanceAttributeDetail) -> Scope:
+    params = detail.requestParameters
+    if params.groupSet is None:  # another attribute (type, user data, ...)
+        return Scope()
+    return Scope(
+        group_ids=_ids(g.groupId for g in params.groupSet.items),
+        instance_ids=_ids([params.instanceId]),
+    )
+
+
+def _create_load_balancer(detail: CreateLoadBalancerDetail) -> Scope:
+    described = detail.responseElements.loadBalancers if detail.responseElements else []
+    arns = _ids(lb.loadBalancerArn for lb in described)
+    if not arns:
+        return Scope.everything()
+    groups = _ids(detail.requestParameters.securityGroups)
+    groups |= _ids(g for lb in described for g in lb.securityGroups)
+    return Scope(group_ids=groups, load_balancer_arns=arns)
+
+
+def _set_security_groups(detail: SetSecurityGroupsDetail) -> Scope:
+    params = detail.requestParameters
+    groups = _ids(params.securityGroups)
+    if detail.responseElements is not None:
+        groups |= _ids(detail.responseElements.securityGroupIds)
+    return Scope(group_ids=groups, load_balancer_arns=_ids([params.loadBalancerArn]))
+
+
+def _create_listener(detail: CreateListenerDetail) -> Scope:
+    params = detail.requestParameters
+    listeners = detail.responseElements.listeners if detail.responseElements else []
+    return Scope(
+        load_balancer_arns=_ids(
+            [params.loadBalancerArn, *(li.loadBalancerArn for li in listeners)]
+        ),
+        target_group_arns=_forwarded(params.defaultActions)
+        | _forwarded(a for li in listeners for a in li.defaultActions),
+    )
+
+
+def _modify_listener(detail: ModifyListenerDetail) -> Scope:
+    params = detail.requestParameters
+    listeners = detail.responseElements.listeners if detail.responseElements else []
+    return _with_load_balancer(
+        params.listenerArn,
+        Scope(
+            load_balancer_arns=_ids(li.loadBalancerArn for li in listeners),
+            target_group_arns=_forwarded(params.defaultActions)
+            | _forwarded(a for li in listeners for a in li.defaultActions),
+        ),
+    )
+
+
+def _rule_actions(arn: str, actions: list[Action], response: RulesResponse | None) -> Scope:
+    rules = response.rules if response is not None else []
+    forwarded = _forwarded(actions) | _forwarded(a for r in rules for a in r.actions)
+    return _with_load_balancer(arn, Scope(target_group_arns=forwarded))
+
+
+def _targets(params: TargetsParameters) -> Scope:
+    """The target group, plus instance targets (IP and Lambda targets name no instance)."""
+    return Scope(
+        target_group_arns=_ids([params.targetGroupArn]),
+        instance_ids=_ids(t.id for t in params.targets if _INSTANCE_ID.match(t.id)),
+    )
+
+
+def _tagged(resource_arns: list[str]) -> Scope:
+    """Tags select what the policy covers; only load balancer and target group tags count."""
+    return Scope(
+        load_balancer_arns=_ids(a for a in resource_arns if _arn_kind(a) == "loadbalancer"),
+        target_group_arns=_ids(a for a in resource_arns if _arn_kind(a) == "targetgroup"),
+    )
+
+
+def _ids(values: Iterable[str | None]) -> frozenset[str]:
+    return frozenset(v for v in values if v)
+
+
+def _forwarded(actions: Iterable[Action]) -> frozenset[str]:
+    return frozenset(arn for action in actions for arn in action.target_group_arns())
+
+
+def _arn_kind(arn: str) -> str | None:
+    match = _ELB_ARN.match(arn)
+    return match.group(1) if match else None
+
+
+def load_balancer_arn_of(arn: str) -> str | None:
+    """The load balancer ARN a load balancer, listener or listener-rule ARN belongs to."""
+    match = _ELB_ARN.match(arn)
+    if match is None:
+        return None
+    kind, path = match.groups()
+    segments = path.split("/")
+    if _LB_PATH_SEGMENTS.get(kind) != len(segments) or not all(segments):
+        return None
+    prefix = arn[: match.start(1)]
+    return f"{prefix}loadbalancer/{'/'.join(segments[:3])}"
+
+
+def _with_load_balancer(arn: str, scope: Scope) -> Scope:
+    """Adds the listener's or rule's load balancer; an ARN we cannot read widens to everything."""
+    lb = load_balancer_arn_of(arn)
+    if lb is None:
+        return Scope.everything()
+    return scope | Scope(load_balancer_arns=frozenset({lb}))
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return "invalid"
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first.get('msg', 'invalid')}{more}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"

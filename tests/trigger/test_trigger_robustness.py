@@ -1,0 +1,147 @@
+"""Malformed, truncated and mutated events never raise out of `parse_record`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from event_samples import ACCOUNT_ID, REGION, event_text, load_event
+from hypothesis import given
+from hypothesis import strategies as st
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
+from sg_reconciler.trigger.scope import Ignored, Parsed, Relevant, parse_record
+
+OWN = frozenset({"arn:aws:iam::123456789012:role/sg-reconciler-ApplyStepsRole-0A1B2C3D4E5F"})
+SAMPLES = [f"eventbridge/{n}" for n in EVENT_NAMES] + ["scheduled"]
+
+Path = tuple[str | int, ...]
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def parse(body: str | dict[str, Any]) -> Parsed:
+    result = parse_record(body, account_id=ACCOUNT_ID, region=REGION, own_role_arns=OWN)
+    assert isinstance(result, Relevant | Ignored)
+    if isinstance(result, Relevant):
+        assert isinstance(result.scope, Scope) and result.scope
+    else:
+        assert result.reason
+    return result
+
+
+def paths(node: Any, prefix: Path = ()) -> list[Path]:
+    """Every key path in a JSON document, shortest first."""
+    found: list[Path] = []
+    children: list[tuple[str | int, Any]] = []
+    if isinstance(node, dict):
+        children = list(node.items())
+    elif isinstance(node, list):
+        children = list(enumerate(node))
+    for key, child in children:
+        found.append((*prefix, key))
+        found.extend(paths(child, (*prefix, key)))
+    return found
+
+
+def parent_of(doc: Any, path: Path) -> Any:
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    return node
+
+
+@given(st.sampled_from(SAMPLES), st.data())
+def test_dropping_any_key_never_raises(name: str, data: st.DataObject) -> None:
+    event = load_event(name)
+    path = data.draw(st.sampled_from(paths(event)))
+
+    parent = parent_of(event, path)
+    del parent[path[-1]]
+
+    parse(event)
+    parse(json.dumps(event))
+
+
+@given(st.sampled_from(SAMPLES), st.data(), json_values)
+def test_replacing_any_value_never_raises(name: str, data: st.DataObject, value: Any) -> None:
+    event = load_event(name)
+    path = data.draw(st.sampled_from(paths(event)))
+
+    parent_of(event, path)[path[-1]] = value
+
+    parse(event)
+
+
+@given(st.sampled_from(SAMPLES), st.data())
+def test_truncated_json_is_ignored(name: str, data: st.DataObject) -> None:
+    text = event_text(name)
+    cut = data.draw(st.integers(0, len(text.rstrip()) - 1))
+
+    result = parse(text[:cut])
+
+    assert isinstance(result, Ignored) and result.event_id is None
+
+
+@given(st.sampled_from([f"sqs/{n}" for n in EVENT_NAMES]), st.data())
+def test_truncated_sqs_body_is_ignored(name: str, data: st.DataObject) -> None:
+    record = load_event(name)["Records"][0]
+    record["body"] = record["body"][: data.draw(st.integers(0, len(record["body"]) - 1))]
+
+    assert isinstance(parse(record), Ignored)
+
+
+@given(json_values)
+def test_arbitrary_json_never_raises(value: Any) -> None:
+    parse(json.dumps(value))
+
+
+@given(st.text(max_size=200))
+def test_arbitrary_text_never_raises(text: str) -> None:
+    parse(text)
+
+
+@given(st.sampled_from(SAMPLES), st.data())
+def test_dropping_an_optional_response_keeps_the_event_relevant(
+    name: str, data: st.DataObject
+) -> None:
+    # CloudTrail omits responseElements for large or failed responses; a successful call
+    # must still trigger a re-plan (wider, never narrower than a guess).
+    event = load_event(name)
+    detail = event["detail"]
+    if data.draw(st.sampled_from(["null", "drop"])) == "null":
+        detail["responseElements"] = None
+    else:
+        detail.pop("responseElements", None)
+
+    assert isinstance(parse(event), Relevant)
+
+
+ISSUER_ARN: Path = ("detail", "userIdentity", "sessionContext", "sessionIssuer", "arn")
+
+
+@given(st.sampled_from([f"eventbridge/{n}" for n in EVENT_NAMES]), st.data(), json_values)
+def test_own_calls_stay_ignored_whatever_else_changes(
+    name: str, data: st.DataObject, value: Any
+) -> None:
+    # Invariant 8: an event whose session the reconciler's role issued never starts work.
+    event = load_event(name)
+    event["detail"]["userIdentity"]["sessionContext"]["sessionIssuer"]["arn"] = next(iter(OWN))
+    untouched = [
+        p for p in paths(event) if p != ISSUER_ARN[: len(p)] and p[: len(ISSUER_ARN)] != ISSUER_ARN
+    ]
+    path = data.draw(st.sampled_from(untouched))
+
+    parent_of(event, path)[path[-1]] = value
+
+    assert isinstance(parse(event), Ignored)
