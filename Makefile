@@ -21,7 +21,7 @@ lint: setup
 	$(BIN)/statelint statemachine/*.asl.json
 
 typecheck: setup
-	$(BIN)/mypy layers tools functions
+	$(BIN)/mypy layers tools functions benchmarks
 
 unit: setup
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q

@@ -1,0 +1,186 @@
+"""`make bench`: run every benchmark once on this machine and write BENCHMARKS.md.
+
+Each row gives the command that reproduces it, the figure, and the anchor it is compared
+with (a target from the issues, or the figure of the approach we replace). Figures from one
+run are compared with each other (ratios), never with another machine's.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import bench_desired, bench_planner, bench_workflow
+
+OUT = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+Row = tuple[str, str, str, str]  # what, command, figure, anchor
+
+
+def planner_rows(figures: dict[str, Any]) -> list[Row]:
+    command = "python -m benchmarks.bench_planner"
+    rows: list[Row] = []
+    for scenario, label in (("room", "quota room"), ("full", "groups at quota 60")):
+        f = figures[scenario]
+        small, large = f["small"], f["large"]
+        rows.append(
+            (
+                f"Offline planning, {small['groups']} groups x 60 rules, 10% changing ({label})",
+                command,
+                f"{small['seconds']:.3f} s ({small['rules']} rules, "
+                f"{sum(small['steps'].values())} calls: {small['steps']})",
+                "target < 0.5 s",
+            )
+        )
+        rows.append(
+            (
+                f"... the same at 10x ({large['groups']} groups)",
+                command,
+                f"{large['seconds']:.3f} s: {f['ratio']:.1f}x the time for 10x the input",
+                "target <= 12x",
+            )
+        )
+    return rows
+
+
+def desired_rows(curve: dict[float, dict[str, Any]]) -> list[Row]:
+    rows: list[Row] = []
+    base = curve[min(curve)]["desired_and_plan_seconds"]
+    for scale, f in sorted(curve.items()):
+        w = f["world"]
+        factor = round(scale / min(curve))
+        rows.append(
+            (
+                f"Desired state + plan after the reads, {factor}x: {w['load_balancers']} LBs, "
+                f"{w['target_groups']} TGs, {w['targets']} targets, {w['groups']} groups",
+                f"python -m benchmarks.bench_desired --scale {scale}",
+                f"{f['desired_and_plan_seconds']:.3f} s ({f['desired_and_plan_seconds'] / base:.1f}x the 1x time), "
+                f"peak {f['peak_traced_memory_mb']} MB",
+                "issue 3 world (last row): < 2 s and < 256 MB",
+            )
+        )
+    full = curve[max(curve)]
+    w, calls = full["world"], full["describe_calls"]
+    naive = 2 * w["load_balancers"] + w["target_groups"] + w["targets"] + w["groups"]
+    ours = calls["batched_total"] + calls["DescribeTargetHealth"]
+    rows.append(
+        (
+            "Describe calls per full reconcile (issue 3 world)",
+            "python -m benchmarks.bench_desired",
+            f"{ours} ({calls['batched_total']} batched and paginated + "
+            f"{calls['DescribeTargetHealth']} DescribeTargetHealth, which has no batch form)",
+            f"naive per-object reader: {naive} ({naive / ours:.1f}x ours)",
+        )
+    )
+    world, sets = full["exposure_world"], full["exposure_nodeport_sets"]
+    rows.append(
+        (
+            "Extra ports opened (generated world, budget 3 per group, peer, protocol)",
+            "python -m benchmarks.bench_desired",
+            f"{world['extra_ports_ours']} ports",
+            f"one min..max range per (group, source, protocol), as the LBC: "
+            f"{world['extra_ports_single_range']} ports (ours = {world['ratio']:.2f}x)",
+        )
+    )
+    rows.append(
+        (
+            f"Extra ports opened ({sets['sets']} random NodePort sets of 2-60 ports, budget {sets['budget']})",
+            "python -m benchmarks.bench_desired",
+            f"{sets['extra_ports_ours']} ports",
+            f"one min..max range: {sets['extra_ports_single_range']} ports (ours = {sets['ratio_total']:.2f}x)",
+        )
+    )
+    return rows
+
+
+def workflow_rows(f: dict[str, Any]) -> list[Row]:
+    command = "python -m benchmarks.bench_workflow"
+    burst, transitions, unsafe, cold = (
+        f["burst"],
+        f["transitions"],
+        f["unsafe_window"],
+        f["cold_start"],
+    )
+    return [
+        (
+            f"Burst coalescing: {burst['events']} CloudTrail events (25 Services, duplicates included)",
+            command,
+            f"{burst['executions']} execution from 1 SQS batch of {burst['batch']}",
+            f"one execution per event: {burst['events']}",
+        ),
+        (
+            "State transitions, success path, one-group change",
+            command,
+            str(transitions["one_group"]),
+            "target <= 25 ($0.025 per 1,000 transitions)",
+        ),
+        (
+            "State transitions, success path, two-group change",
+            command,
+            str(transitions["two_groups"]),
+            "target <= 25",
+        ),
+        (
+            "Unsafe states per #3639 change (OLD ∩ NEW denied), no fault",
+            command,
+            f"{unsafe['make_before_break']['unsafe_states']} of {unsafe['make_before_break']['states']} states",
+            f"revoke-then-authorize: {unsafe['revoke_first']['unsafe_states']} of "
+            f"{unsafe['revoke_first']['states']} states",
+        ),
+        (
+            "Unsafe states per #3639 change, AuthorizeSecurityGroupIngress denied",
+            command,
+            f"{unsafe['make_before_break_denied']['unsafe_states']} (rolled back, gap left open: "
+            f"{'yes' if unsafe['make_before_break_denied']['gap_left_open'] else 'no'})",
+            f"revoke-then-authorize: {unsafe['revoke_first_denied']['unsafe_states']} (gap left open: "
+            f"{'yes' if unsafe['revoke_first_denied']['gap_left_open'] else 'no'})",
+        ),
+        (
+            "Cold start: planner handler import (fresh interpreter, best / median of 5)",
+            command,
+            f"{cold['planner_import_s']['best']} s / {cold['planner_import_s']['median']} s",
+            "apply-steps handler: "
+            f"{cold['apply_steps_import_s']['best']} s / {cold['apply_steps_import_s']['median']} s",
+        ),
+        (
+            "Artifact: our layer + functions, zipped (Powertools layer excluded)",
+            command,
+            f"{cold['artifact_kib']} KiB",
+            "Lambda limit 50 MiB zipped",
+        ),
+    ]
+
+
+def main() -> None:
+    started = time.monotonic()
+    print("planning benchmark...", flush=True)
+    planner = bench_planner.run_benchmark()
+    print("desired-state benchmark (1x, 10x, 100x)...", flush=True)
+    curve = {scale: bench_desired.run_benchmark(scale) for scale in (0.01, 0.1, 1.0)}
+    print("workflow benchmark on the local runtime...", flush=True)
+    workflow = bench_workflow.run_benchmark()
+    rows = planner_rows(planner) + desired_rows(curve) + workflow_rows(workflow)
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"the run took {time.monotonic() - started:.0f} s. Machines here are noisy: compare "
+        "figures within one run. Each command runs from the repository root with `.venv/bin/`.",
+        "",
+        "| What | Command | Figure | Compared with |",
+        "|---|---|---|---|",
+        *(
+            f"| {what} | `{command}` | {figure} | {anchor} |"
+            for what, command, figure, anchor in rows
+        ),
+        "",
+    ]
+    OUT.write_text("\n".join(lines))
+    print(OUT.read_text())
+
+
+if __name__ == "__main__":
+    main()
