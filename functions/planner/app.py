@@ -16,14 +16,18 @@ from sg_reconciler.planning_service import plan_batch
 from sg_reconciler.policy import load_policy_from_ssm
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler.settings import PlannerSettings, load_settings
-from sg_reconciler.trigger.scope import Parsed, parse_record
+from sg_reconciler.trigger.scope import Ignored, Parsed, parse_record
 
 # The trigger module logs each ignored event with the standard library; give it our format.
 copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.scope"})
 
 
-def _records(event: dict[str, Any], settings: PlannerSettings) -> list[tuple[str, Parsed]]:
-    """SQS records (message id, parsed body), or the scheduled event itself."""
+def _records(event: Any, settings: PlannerSettings) -> list[tuple[str, Parsed]]:
+    """SQS records (message id, parsed body), or the scheduled event itself.
+
+    Lambda's SQS and schedule triggers always send objects, but a direct invoke may send any
+    JSON: what is not an object is ignored like any unreadable trigger instead of failing.
+    """
 
     def parse(body: Any) -> Parsed:
         return parse_record(
@@ -33,9 +37,13 @@ def _records(event: dict[str, Any], settings: PlannerSettings) -> list[tuple[str
             own_role_arns=settings.own_roles,
         )
 
+    if not isinstance(event, dict):
+        return [("event", Ignored(None, f"event is a JSON {type(event).__name__}, not an object"))]
     if isinstance(event.get("Records"), list):
         return [
             (str(r.get("messageId", i)), parse(r.get("body", "")))
+            if isinstance(r, dict)
+            else (str(i), Ignored(None, f"SQS record is a JSON {type(r).__name__}, not an object"))
             for i, r in enumerate(event["Records"])
         ]
     return [(str(event.get("id", "event")), parse(event))]
@@ -44,7 +52,7 @@ def _records(event: dict[str, Any], settings: PlannerSettings) -> list[tuple[str
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(PlannerSettings)
     records = _records(event, settings)
     event_ids = sorted({p.event_id for _, p in records if p.event_id})
@@ -71,9 +79,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(
         name="PlansStarted", unit=MetricUnit.Count, value=int(result.outcome == "started")
     )
-    metrics.add_metric(
-        name="PlansRefused", unit=MetricUnit.Count, value=int(result.outcome == "refused")
-    )
+    for name, outcome in (("PlansRefused", "refused"), ("PlansFailed", "failed")):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=int(result.outcome == outcome))
     log = logger.error if result.outcome in ("refused", "failed") else logger.info
     log(
         f"batch of {result.received}: {result.outcome}",
@@ -84,4 +91,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "reason": result.reason,
         },
     )
+    if result.outcome == "failed" and not isinstance(event.get("Records"), list):
+        # A scheduled run has no queue to redeliver it: fail the invocation, so Lambda retries
+        # it and its Errors metric shows it.
+        raise PlanningFailed(result.reason)
     return {"batchItemFailures": [{"itemIdentifier": mid} for mid in result.failed_message_ids]}
+
+
+class PlanningFailed(Exception):
+    """The drift-repair run could not plan (the reason is the underlying error)."""
