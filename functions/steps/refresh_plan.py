@@ -5,6 +5,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler import workflow
 from sg_reconciler.adapters.aws_clients import client
+from sg_reconciler.adapters.security_groups import typed_aws_errors
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, tracer
@@ -20,6 +21,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     policy = load_policy_from_ssm(client("ssm"), config.policy_parameter)
 
     def replan(scope: Scope) -> Plan | Refusal:
-        return compute_live_plan(client("ec2"), client("elbv2"), policy, scope).result
+        # Typed errors, so the state machine retries a throttled or failed read (a bare
+        # ClientError matches no Retry and ended the execution).
+        with typed_aws_errors():
+            return compute_live_plan(client("ec2"), client("elbv2"), policy, scope).result
 
     return workflow.refresh_plan(event, replan, policy.settle_seconds, policy.owner)

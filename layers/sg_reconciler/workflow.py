@@ -88,7 +88,11 @@ def failure_text(error: dict[str, Any] | None) -> str:
         message = json.loads(cause).get("errorMessage", cause)
     except (ValueError, AttributeError):
         message = cause
-    return f"{error.get('Error', 'Error')}: {message}" if message else str(error.get("Error", "an error"))
+    return (
+        f"{error.get('Error', 'Error')}: {message}"
+        if message
+        else str(error.get("Error", "an error"))
+    )
 
 
 def parse(model: type[_Input], event: object) -> Any:

@@ -134,32 +134,31 @@ class _Interleaver:
         self.adds = [r.key for r in diff.adds]
         self.removes = [r.key for r in diff.removes]
         self.seen: set[tuple[frozenset[int], frozenset[int]]] = set()
-        self.safe_cache: dict[frozenset[RuleKey], bool] = {}
+        self.safe_cache: dict[tuple[frozenset[int], frozenset[int]], bool] = {}
         self.checks = 0
+        # The base rules are the group's stable rules (in OLD and NEW), in every state of the
+        # search: only the OLD ∩ NEW traffic they leave uncovered is at stake.
+        self.at_stake = bounds.at_stake
         self.helpfulness = self._helpfulness()
 
     def _helpfulness(self) -> list[int]:
         """How many stale rules' needed traffic each new rule covers: authorize those first."""
-        needed = [Traffic.of([k]) & self.bounds.must_keep for k in self.removes]
+        needed = [Traffic.of([k]) & self.at_stake for k in self.removes]
         return [sum(1 for n in needed if n & Traffic.of([a])) for a in self.adds]
-
-    def keys(self, added: frozenset[int], removed: frozenset[int]) -> frozenset[RuleKey]:
-        present = set(self.base)
-        present.update(self.adds[i] for i in added)
-        present.update(k for j, k in enumerate(self.removes) if j not in removed)
-        return frozenset(present)
 
     def count(self, added: frozenset[int], removed: frozenset[int]) -> int:
         return len(self.base) + len(added) + len(self.removes) - len(removed)
 
     def safe(self, added: frozenset[int], removed: frozenset[int]) -> bool:
-        keys = self.keys(added, removed)
-        cached = self.safe_cache.get(keys)
+        state = (added, removed)
+        cached = self.safe_cache.get(state)
         if cached is None:
             self.checks += 1
             if self.checks > self.budget:
                 raise _BudgetExhausted
-            cached = self.safe_cache[keys] = not self.bounds.loses_traffic(keys)
+            present = [self.adds[i] for i in added]
+            present += [k for j, k in enumerate(self.removes) if j not in removed]
+            cached = self.safe_cache[state] = not (self.at_stake - Traffic.of(present))
         return cached
 
     def moves(

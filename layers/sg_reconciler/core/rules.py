@@ -8,6 +8,7 @@ one format.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -99,7 +100,8 @@ def normalize_protocol(raw: object) -> str:
     if text in _PROTOCOL_NAMES:
         return _PROTOCOL_NAMES[text]
     if text.isdigit() and 0 <= int(text) <= 255:
-        return str(int(text))
+        number = str(int(text))  # "06" is TCP too, with its ports
+        return _PROTOCOL_NAMES.get(number, number)
     raise RuleError(f"unknown protocol {raw!r}")
 
 
@@ -130,6 +132,13 @@ def _normalize_ports(protocol: str, from_raw: object, to_raw: object) -> tuple[i
     return from_port, to_port
 
 
+@functools.lru_cache(maxsize=65536)
+def _cidr(version: int, text: str) -> str:
+    """A CIDR with host bits cleared; cached, as accounts repeat a few CIDRs in many rules."""
+    network = ipaddress.IPv4Network if version == 4 else ipaddress.IPv6Network
+    return str(network(text, strict=False))
+
+
 def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
     present = [name for name in _PEER_FIELDS if doc.get(name) not in (None, "", {})]
     if len(present) != 1:
@@ -141,9 +150,9 @@ def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
     value = doc[name]
     try:
         if name == "CidrIpv4":
-            return Peer("cidr4", str(ipaddress.IPv4Network(str(value), strict=False)))
+            return Peer("cidr4", _cidr(4, str(value)))
         if name == "CidrIpv6":
-            return Peer("cidr6", str(ipaddress.IPv6Network(str(value), strict=False)))
+            return Peer("cidr6", _cidr(6, str(value)))
     except ValueError:
         raise RuleError(f"invalid {name} {value!r}") from None
     if name == "PrefixListId":

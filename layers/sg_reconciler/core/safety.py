@@ -39,6 +39,8 @@ class GroupBounds:
     new_keys: frozenset[RuleKey]
     _must_keep: Traffic | None = None
     _may_allow: Traffic | None = None
+    _stable: frozenset[RuleKey] | None = None
+    _at_stake: Traffic | None = None
 
     @property
     def must_keep(self) -> Traffic:
@@ -52,10 +54,32 @@ class GroupBounds:
             self._may_allow = Traffic.of(self.old_keys | self.new_keys)
         return self._may_allow
 
+    @property
+    def stable_keys(self) -> frozenset[RuleKey]:
+        """The rules of both OLD and NEW: a make-before-break change never removes them."""
+        if self._stable is None:
+            self._stable = self.old_keys & self.new_keys
+        return self._stable
+
+    @property
+    def at_stake(self) -> Traffic:
+        """The OLD ∩ NEW traffic the stable rules S leave to the changing ones (A old, B new).
+
+        (S ∪ A) ∩ (S ∪ B) − S = (A ∩ B) − S: only the changing rules are intersected, so a
+        check costs the change, not the whole group.
+        """
+        if self._at_stake is None:
+            stable = self.stable_keys
+            changing = Traffic.of(self.old_keys - stable) & Traffic.of(self.new_keys - stable)
+            self._at_stake = changing - Traffic.of(stable) if changing else changing
+        return self._at_stake
+
     def loses_traffic(self, keys: frozenset[RuleKey]) -> Traffic:
         """What OLD ∩ NEW traffic `keys` does not allow (empty when safe)."""
         if self.old_keys <= keys or self.new_keys <= keys:
             return Traffic()  # supersets of a bound allow at least OLD ∩ NEW
+        if self.stable_keys <= keys:
+            return self.at_stake - Traffic.of(keys - self.stable_keys)
         return self.must_keep - Traffic.of(keys)
 
     def over_exposes(self, keys: frozenset[RuleKey]) -> Traffic:
