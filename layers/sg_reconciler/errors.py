@@ -64,8 +64,12 @@ class NotYetVisible(ReconcilerError):
     """Rules just written are not yet visible to describe (eventual consistency): retry."""
 
 
-class NotConverged(ReconcilerError):
-    """After the revoke phase the groups still differ from the plan's target."""
+class AuthorizeFailed(ReconcilerError):
+    """A group's authorize calls failed (after their retries): the execution rolls back."""
+
+
+class RevokeFailed(ReconcilerError):
+    """A group's revoke calls failed (after their retries): the execution stops in a safe superset."""
 
 
 class BadConfiguration(ReconcilerError):

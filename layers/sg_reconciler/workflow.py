@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.core.phases import applied_problems, leftover_rule_ids, split_phases
+from sg_reconciler.core.phases import Phases, applied_problems, leftover_rule_ids, split_phases
 from sg_reconciler.core.plan import (
     Authorize,
     Modify,
@@ -28,7 +28,15 @@ from sg_reconciler.core.plan import (
 )
 from sg_reconciler.core.rules import RuleError
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.errors import GroupNotFound, InvalidPlan, NotYetVisible, PlanRefused
+from sg_reconciler.errors import (
+    AuthorizeFailed,
+    GroupNotFound,
+    InvalidPlan,
+    LockLost,
+    NotYetVisible,
+    PlanRefused,
+    RevokeFailed,
+)
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
@@ -39,7 +47,7 @@ class _Input(BaseModel):
 
 class CheckInput(_Input):
     plan: dict[str, Any]
-    plan_id: str | None = None
+    execution: str = Field(min_length=1)
 
 
 class LockInput(_Input):
@@ -66,9 +74,9 @@ class ApplyInput(_Input):
 
 class VerifyInput(_Input):
     mode: str = Field(pattern="^(visible|final|leftovers)$")
-    plan: dict[str, Any]
+    phases: dict[str, Any]
     groups: list[str]
-    plan_id: str
+    results: list[dict[str, Any]] = Field(default_factory=list)
     error: dict[str, Any] | None = None
 
 
@@ -76,6 +84,7 @@ class RollbackInput(_Input):
     groups: list[str]
     plan_id: str
     owner: str = Field(min_length=1)
+    holder: str = Field(min_length=1)
     error: dict[str, Any] | None = None
 
 
@@ -106,18 +115,24 @@ def parse(model: type[_Input], event: object) -> Any:
 
 
 def check_plan(event: object) -> dict[str, Any]:
-    """'Check the plan input': a valid plan and a usable plan id, before any lock or write."""
+    """'Check the plan input': a valid plan, before any lock or write.
+
+    The plan id that tags new rules (and finds them for a rollback) is the execution's name,
+    unique for 90 days, never a value from the input: a re-run of an old input must not
+    claim the rules an earlier execution created.
+    """
     checked = parse(CheckInput, event)
     try:
         plan = plan_from_dict(checked.plan)
     except RuleError as err:
         raise InvalidPlan(str(err)) from None
-    plan_id = checked.plan_id or plan.plan_id()
-    if not _PLAN_ID.match(plan_id):
-        raise InvalidPlan(f"plan_id {plan_id!r} must be 1-80 letters, digits, '-' or '_'")
+    if not _PLAN_ID.match(checked.execution):
+        raise InvalidPlan(
+            f"execution name {checked.execution!r} must be 1-80 letters, digits, '-' or '_'"
+        )
     if not plan.steps:
         raise InvalidPlan("the plan has no steps")
-    return {"plan_id": plan_id, "groups": plan.groups}
+    return {"plan_id": checked.execution, "groups": plan.groups}
 
 
 def acquire_locks(event: object, locks: GroupLocks, lease_seconds: int) -> dict[str, Any]:
@@ -145,8 +160,7 @@ def refresh_plan(
         )
     return {
         "changed": bool(result.steps),
-        "plan": result.to_dict(),
-        "phases": split_phases(result).to_dict(),
+        "phases": split_phases(result.steps).to_dict(),
         "settle_seconds": settle_seconds,
         "owner": owner,
         "summary": summarize(result),
@@ -197,34 +211,57 @@ def apply_steps(
 
 
 def verify(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
-    """'Verify ...' and 'Report the leftover rules': compare the plan with what describe shows."""
+    """'Verify ...' and 'Report the leftover rules': compare the phases with what describe shows.
+
+    Each Map iteration catches its own failure (so no sibling is still writing when the next
+    state starts) and reports it in `results`; a failed group is raised here, by name.
+    """
     request = parse(VerifyInput, event)
     try:
-        plan = plan_from_dict(request.plan)
+        phases = Phases.from_dict(request.phases)
     except RuleError as err:
         raise InvalidPlan(str(err)) from None
+    failed = [r for r in request.results if r.get("failed")]
+    if failed and request.mode != "leftovers":
+        kind = AuthorizeFailed if request.mode == "visible" else RevokeFailed
+        raise kind(
+            "; ".join(f"{r.get('group_id')}: {failure_text(r.get('error'))}" for r in failed)
+        )
     now = rules.describe(request.groups)
     if request.mode == "leftovers":
-        leftovers = leftover_rule_ids(plan, now)
+        leftovers = leftover_rule_ids(phases, now)
         cause = (
             f"stopped after {failure_text(request.error)}; "
             f"the groups keep every new rule and {len(leftovers)} stale rule(s) "
             f"{', '.join(leftovers) or ''}; the next run removes them"
         )
         return {"leftover_rule_ids": leftovers, "cause": cause}
-    problems = applied_problems(plan, now, final=request.mode == "final")
+    problems = applied_problems(phases, now, final=request.mode == "final")
     if problems:
         raise NotYetVisible("; ".join(problems[:5]))
     return {"mode": request.mode, "checked_rules": len(now)}
 
 
-def roll_back(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
-    """Compensation: revoke exactly the rules this execution created, found by their tags."""
+def roll_back(
+    event: object, rules: SecurityGroupRules, locks: GroupLocks, lease_seconds: int
+) -> dict[str, Any]:
+    """Compensation: revoke exactly the rules this execution created, found by their tags.
+
+    Only in groups this execution still holds: where its lease expired and another execution
+    took the group, that execution may already rely on the new rules, so they stay (a safe
+    superset) and the rollback reports itself incomplete.
+    """
     request = parse(RollbackInput, event)
     owner = request.owner
-    added = rules.tagged(request.groups, owner, request.plan_id)
+    held, lost = [], []
+    for group_id in sorted(set(request.groups)):
+        try:
+            locks.renew(group_id, request.holder, lease_seconds)
+            held.append(group_id)
+        except LockLost:
+            lost.append(group_id)
     by_group: dict[str, list[str]] = {}
-    for rule in added:
+    for rule in rules.tagged(held, owner, request.plan_id) if held else []:
         by_group.setdefault(rule.group_id, []).append(rule.rule_id or "")
     revoked: list[str] = []
     for group_id, ids in sorted(by_group.items()):
@@ -232,8 +269,14 @@ def roll_back(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
             revoked += rules.revoke(group_id, ids, owner)
         except GroupNotFound:
             continue
+    if lost:
+        raise LockLost(
+            f"rolled back {len(revoked)} rule(s) but not in {', '.join(lost)}: another execution "
+            f"holds {'it' if len(lost) == 1 else 'them'} now; the new rules stay there (a safe "
+            f"superset) after {failure_text(request.error)}"
+        )
     cause = (
-        f"{failure_text(request.error)} during the authorize phase; "
+        f"{failure_text(request.error)} before any revoke; "
         f"revoked the {len(revoked)} rule(s) this execution had added, the groups are as before"
     )
     return {"revoked_rule_ids": sorted(revoked), "cause": cause}

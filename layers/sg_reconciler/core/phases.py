@@ -1,11 +1,15 @@
 """How the state machine runs a plan: three phases, and what each must leave behind.
 
 - authorize: the leading authorize calls, one item per group, all groups in parallel. A
-  failure here is rolled back (only additions happened).
+  failure here, or before the next phase starts, is rolled back (only additions happened).
 - ordered: the quota-bound interleaving of groups without headroom, one call at a time in
-  plan order. Every state between its calls is safe, so a failure stops where it is.
+  plan order. It starts only after the authorize phase is verified, and every state between
+  its calls is safe, so a failure stops where it is (never a rollback: old rules are gone).
 - revoke: the trailing revokes and description changes, one item per group (its calls in
   order), all groups in parallel.
+
+The execution state carries the phases only (not the plan besides), so its size is one copy
+of the plan.
 """
 
 from __future__ import annotations
@@ -14,15 +18,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step, step_to_dict
-from sg_reconciler.core.rules import Rule, RuleKey
+from sg_reconciler.core.plan import Authorize, Modify, Revoke, Step, step_from_dict, step_to_dict
+from sg_reconciler.core.rules import Rule, RuleError
+
+Items = tuple[tuple[str, tuple[Step, ...]], ...]  # (group, its calls in order)
 
 
 @dataclass(frozen=True)
 class Phases:
-    authorize: tuple[tuple[str, tuple[Step, ...]], ...]
+    authorize: Items
     ordered: tuple[Step, ...]
-    revoke: tuple[tuple[str, tuple[Step, ...]], ...]
+    revoke: Items
+
+    @property
+    def steps(self) -> list[Step]:
+        """Every call, in the order the state machine makes them."""
+        return [
+            *(s for _, steps in self.authorize for s in steps),
+            *self.ordered,
+            *(s for _, steps in self.revoke for s in steps),
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         def items(groups: Iterable[tuple[str, tuple[Step, ...]]]) -> list[dict[str, Any]]:
@@ -36,16 +51,37 @@ class Phases:
             "revoke": items(self.revoke),
         }
 
+    @classmethod
+    def from_dict(cls, doc: object) -> Phases:
+        """Parse the phases the refresh step wrote; RuleError names what is wrong."""
+        if not isinstance(doc, dict):
+            raise RuleError("phases must be an object")
 
-def _by_group(steps: Sequence[Step]) -> tuple[tuple[str, tuple[Step, ...]], ...]:
+        def items(name: str) -> Items:
+            raw = doc.get(name)
+            if not isinstance(raw, list):
+                raise RuleError(f"phases.{name} must be a list")
+            parsed = []
+            for index, item in enumerate(raw):
+                if not isinstance(item, dict) or not isinstance(item.get("steps"), list):
+                    raise RuleError(f"phases.{name}[{index}] needs a steps list")
+                steps = tuple(step_from_dict(s) for s in item["steps"])
+                parsed.append((str(item.get("group_id")), steps))
+            return tuple(parsed)
+
+        ordered = tuple(s for _, steps in items("ordered") for s in steps)
+        return cls(items("authorize"), ordered, items("revoke"))
+
+
+def _by_group(steps: Sequence[Step]) -> Items:
     groups: dict[str, list[Step]] = {}
     for step in steps:
         groups.setdefault(step.group_id, []).append(step)
     return tuple((g, tuple(s)) for g, s in sorted(groups.items()))
 
 
-def split_phases(plan: Plan) -> Phases:
-    steps = list(plan.steps)
+def split_phases(steps: Sequence[Step]) -> Phases:
+    steps = list(steps)
     head = 0
     while head < len(steps) and isinstance(steps[head], Authorize):
         head += 1
@@ -60,37 +96,31 @@ def split_phases(plan: Plan) -> Phases:
     return Phases(_by_group(steps[:head]), tuple(ordered), _by_group(tail_steps))
 
 
-def applied_problems(plan: Plan, rules_now: Sequence[Rule], *, final: bool) -> list[str]:
+def applied_problems(phases: Phases, rules_now: Sequence[Rule], *, final: bool) -> list[str]:
     """What of the plan is not (yet) visible in `rules_now`: empty when it took effect.
 
-    Before the revoke phase (`final` False) every authorized rule must be visible; at the end
-    also every revoked rule must be gone and every modified rule rewritten.
+    After the authorize phase (`final` False) its rules must be visible; at the end every
+    authorized rule must be visible, every revoked rule gone, every modified rule rewritten.
     """
     present = {r.key for r in rules_now}
     by_id = {r.rule_id: r for r in rules_now if r.rule_id}
-    revoked_in_ordered = {
-        i for s in split_phases(plan).ordered if isinstance(s, Revoke) for i in s.rule_ids
-    }
+    steps = phases.steps if final else [s for _, steps in phases.authorize for s in steps]
     problems: list[str] = []
-    for step in plan.steps:
+    for step in steps:
         if isinstance(step, Authorize):
             problems += [f"{r.key} is not visible" for r in step.rules if r.key not in present]
-        elif isinstance(step, Revoke) and (final or revoked_in_ordered & set(step.rule_ids)):
+        elif isinstance(step, Revoke):
             problems += [
                 f"{i} in {step.group_id} still exists" for i in step.rule_ids if i in by_id
             ]
-        elif isinstance(step, Modify) and final:
+        elif isinstance(step, Modify):
             now = by_id.get(step.rule_id)
             if now is None or now.key != step.rule.key or now.description != step.rule.description:
                 problems.append(f"{step.rule_id} in {step.group_id} is not yet {step.rule.key}")
     return problems
 
 
-def leftover_rule_ids(plan: Plan, rules_now: Sequence[Rule]) -> list[str]:
+def leftover_rule_ids(phases: Phases, rules_now: Sequence[Rule]) -> list[str]:
     """Rules the plan revokes that still exist: the next run removes them."""
     ids = {r.rule_id for r in rules_now}
-    return sorted(i for s in plan.steps if isinstance(s, Revoke) for i in s.rule_ids if i in ids)
-
-
-def authorized_keys(plan: Plan) -> set[RuleKey]:
-    return {r.key for s in plan.steps if isinstance(s, Authorize) for r in s.rules}
+    return sorted(i for s in phases.steps if isinstance(s, Revoke) for i in s.rule_ids if i in ids)
