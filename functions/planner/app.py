@@ -63,7 +63,7 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     def replan(scope: Scope) -> LivePlan:
         policy = load_policy_from_ssm(client("ssm", attempts=5), settings.policy_parameter)
         return compute_live_plan(
-            client("ec2", attempts=5), client("elbv2", attempts=5), policy, scope
+            client("ec2", attempts=5), client("elbv2", attempts=5), policy, scope, partial=True
         )
 
     def start(name: str, payload: dict[str, Any]) -> bool:
@@ -79,9 +79,12 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(
         name="PlansStarted", unit=MetricUnit.Count, value=int(result.outcome == "started")
     )
-    for name, outcome in (("PlansRefused", "refused"), ("PlansFailed", "failed")):
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=int(result.outcome == outcome))
-    log = logger.error if result.outcome in ("refused", "failed") else logger.info
+    refused = result.outcome == "refused" or result.refused_groups > 0
+    metrics.add_metric(name="PlansRefused", unit=MetricUnit.Count, value=int(refused))
+    metrics.add_metric(
+        name="PlansFailed", unit=MetricUnit.Count, value=int(result.outcome == "failed")
+    )
+    log = logger.error if refused or result.outcome == "failed" else logger.info
     log(
         f"batch of {result.received}: {result.outcome}",
         extra={

@@ -24,6 +24,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # Typed errors, so the state machine retries a throttled or failed read (a bare
         # ClientError matches no Retry and ended the execution).
         with typed_aws_errors():
-            return compute_live_plan(client("ec2"), client("elbv2"), policy, scope).result
+            live = compute_live_plan(client("ec2"), client("elbv2"), policy, scope, partial=True)
+            return live.result
 
     return workflow.refresh_plan(event, replan, policy.settle_seconds, policy.owner)

@@ -34,6 +34,7 @@ class BatchResult:
     reason: str = ""
     rules_to_add: int = 0
     rules_to_remove: int = 0
+    refused_groups: int = 0  # groups a partial plan holds back (their revokes wait)
     failed_message_ids: list[str] = field(default_factory=list)
 
 
@@ -64,6 +65,9 @@ def plan_batch(
         if isinstance(plan, Refusal):
             result.outcome, result.reason = "refused", plan.reason
             return result
+        if plan.refused:
+            result.refused_groups = len(plan.refused)
+            result.reason = "; ".join(plan.refused)
         result.rules_to_add = sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize))
         result.rules_to_remove = sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke))
         if not plan.steps:

@@ -44,16 +44,19 @@ class LivePlan:
 
 
 def plan_from_inventory(
-    inventory: Inventory, policy: Policy, scope: Scope | None = None
+    inventory: Inventory, policy: Policy, scope: Scope | None = None, *, partial: bool = False
 ) -> LivePlan:
-    """The pure half of `compute_live_plan` (no AWS): scope, desired state and plan."""
+    """The pure half of `compute_live_plan` (no AWS): scope, desired state and plan.
+
+    `partial` (the Lambdas): a group that cannot be planned holds back the revokes, not the
+    whole reconcile; see `make_plan`."""
     state = compute_desired(inventory, policy.desired_settings())
     in_play = {r.group_id for r in state.rules} | set(inventory.owned_groups)
     touched = touched_groups(inventory, state, scope, policy.owner)
     groups = in_play if touched is None else in_play & touched
     desired = [r for r in state.rules if r.group_id in groups]
     current = [r for r in inventory.rules if r.group_id in groups]
-    result = make_plan(current, desired, policy.owner, Limits(policy.rule_limit))
+    result = make_plan(current, desired, policy.owner, Limits(policy.rule_limit), partial=partial)
     return LivePlan(
         result=result,
         desired=desired,
@@ -69,6 +72,8 @@ def compute_live_plan(
     elbv2: ElasticLoadBalancingv2Client,
     policy: Policy,
     scope: Scope | None = None,
+    *,
+    partial: bool = False,
 ) -> LivePlan:
     """Read, derive and plan; `scope` None or full plans every group the policy covers."""
-    return plan_from_inventory(read_inventory(ec2, elbv2, policy), policy, scope)
+    return plan_from_inventory(read_inventory(ec2, elbv2, policy), policy, scope, partial=partial)

@@ -23,7 +23,7 @@ class StepSettings(_FromEnvironment):
     """Settings of the state machine's step functions (the owner name comes from the policy)."""
 
     lock_table: str = Field("", alias="LOCK_TABLE_NAME")
-    lease_seconds: int = Field(900, alias="LOCK_LEASE_SECONDS", ge=60, le=86_400)
+    lease_seconds: int = Field(900, alias="LOCK_LEASE_SECONDS", ge=300, le=86_400)
     policy_parameter: str = Field("", alias="POLICY_PARAMETER_NAME")
 
 

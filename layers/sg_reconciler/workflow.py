@@ -176,6 +176,7 @@ def summarize(plan: Plan) -> dict[str, Any]:
         "rules_modified": sum(1 for s in plan.steps if isinstance(s, Modify)),
         "calls": len(plan.steps),
         "notes": list(plan.notes),
+        "refused": list(plan.refused),
     }
 
 

@@ -43,17 +43,21 @@ Step = Authorize | Revoke | Modify
 class Plan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = field(default=())
+    refused: tuple[str, ...] = field(default=())  # partial plans: why some groups wait
 
     @property
     def groups(self) -> list[str]:
         return sorted({step.group_id for step in self.steps})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "feasible": True,
             "steps": [step_to_dict(s) for s in self.steps],
             "notes": list(self.notes),
         }
+        if self.refused:
+            doc["refused"] = list(self.refused)
+        return doc
 
     def plan_id(self) -> str:
         """Stable hash of the steps: the execution name, so a duplicate start is a no-op."""

@@ -246,8 +246,16 @@ def make_plan(
     owner: str = DEFAULT_OWNER,
     limits: Limits | None = None,
     search_budget: int = DEFAULT_SEARCH_BUDGET,
+    *,
+    partial: bool = False,
 ) -> Plan | Refusal:
-    """Plan the change of `current` (all ingress rules in scope) to `desired` (managed rules)."""
+    """Plan the change of `current` (all ingress rules in scope) to `desired` (managed rules).
+
+    When a group cannot be planned, the answer is a Refusal, unless `partial`: then the plan
+    authorizes what the other groups need (and fixes descriptions) but revokes nothing
+    anywhere, because a rule moving from one group to another must never leave the old group
+    while the new one cannot get it. `Plan.refused` says why; the next run does the rest.
+    """
     limits = limits or Limits()
     wanted = dedupe_desired(desired)
     bounds = group_bounds(current, wanted, owner)
@@ -314,10 +322,17 @@ def make_plan(
                     "during the change)"
                 )
 
-    if refusals:
+    if refusals and not partial:
         return Refusal("; ".join(r.reason for r in refusals), refusals[0].group_id)
-    plan = Plan(tuple(first + interleaved + last + relabels), tuple(notes))
-    violations = check_plan(plan, list(current), wanted, owner, limits, bounds)
+    if refusals:
+        waiting = ", ".join(sorted(r.group_id or "?" for r in refusals))
+        notes.append(f"revokes deferred in every group until {waiting} can be planned")
+        plan = Plan(tuple(first + relabels), tuple(notes), tuple(r.reason for r in refusals))
+    else:
+        plan = Plan(tuple(first + interleaved + last + relabels), tuple(notes))
+    violations = check_plan(
+        plan, list(current), wanted, owner, limits, bounds, reaches_desired=not refusals
+    )
     if violations:  # a planner bug: never emit a plan that fails the checker
         return Refusal("internal safety check failed: " + "; ".join(str(v) for v in violations[:3]))
     return plan

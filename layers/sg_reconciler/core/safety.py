@@ -114,8 +114,13 @@ def check_plan(
     owner: str,
     limits: LimitOf,
     bounds: dict[str, GroupBounds] | None = None,
+    *,
+    reaches_desired: bool = True,
 ) -> list[Violation]:
-    """Every violation of the invariants, in call order; an empty list means the plan is safe."""
+    """Every violation of the invariants, in call order; an empty list means the plan is safe.
+
+    `reaches_desired` False checks a partial plan (revokes deferred): every state, not the end.
+    """
     bounds = bounds if bounds is not None else group_bounds(current, desired, owner)
     state: dict[str, dict[str, Rule]] = {}
     for rule in current:
@@ -170,7 +175,7 @@ def check_plan(
             bad("5 quota", f"{len(rules)} ingress rules exceed the limit of {limit}")
         _check_traffic(bounds, step.group_id, rules.values(), index, violations)
 
-    for group_id, group in sorted(bounds.items()):
+    for group_id, group in sorted(bounds.items()) if reaches_desired else ():
         keys = frozenset(r.key for r in state.get(group_id, {}).values())
         if keys != group.new_keys:
             missing = ", ".join(str(k) for k in sorted(group.new_keys - keys)) or "none"
