@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from live.world import build_world
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
 from sg_reconciler.trigger.scope import Relevant, parse_record
-from sg_reconciler_tools.local import Fault, FaultInjector, LocalRuntime, moto_hooks
+from sg_reconciler_tools.local import Fault, FaultInjector, FunctionFailed, LocalRuntime, moto_hooks
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"
 SAMPLES = [f"eventbridge/{name}" for name in EVENT_NAMES] + ["scheduled"]
@@ -251,13 +251,20 @@ def check(harness: Harness, event: Any) -> tuple[int, set[str]]:
     harness.writes.clear()
     before = harness.starts()
 
-    answer = harness.runtime.invoke("PlannerFunction", event)  # FunctionFailed on a crash
+    relevant = relevant_message_ids(event, harness)
+    try:
+        answer = harness.runtime.invoke("PlannerFunction", event)  # FunctionFailed on a crash
+    except FunctionFailed as failure:
+        # A valid trigger outside SQS (the schedule) has no queue to redeliver it: when its
+        # start fails, the invocation fails, so Lambda retries it. Nothing else may raise.
+        is_batch = isinstance(event, dict) and isinstance(event.get("Records"), list)
+        assert not is_batch and relevant and failure.error_type == "PlanningFailed", failure
+        answer = {"batchItemFailures": [{"itemIdentifier": i} for i in sorted(relevant)]}
 
     starts = harness.starts() - before
     assert harness.writes == []
     assert isinstance(answer, dict) and set(answer) == {"batchItemFailures"}
     failed = {item["itemIdentifier"] for item in answer["batchItemFailures"]}
-    relevant = relevant_message_ids(event, harness)
     assert starts <= 1
     if not relevant:
         assert (starts, failed) == (0, set())
