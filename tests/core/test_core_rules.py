@@ -123,6 +123,12 @@ def test_ports_given_as_strings_are_read_as_integers() -> None:
     assert (rule.key.from_port, rule.key.to_port) == (31000, 32000)
 
 
+@pytest.mark.parametrize("port", [True, 80.5, "eighty", None, [80]])
+def test_a_port_that_is_not_an_integer_is_bad_input(port: object) -> None:
+    with pytest.raises(RuleError, match="integer FromPort and ToPort"):
+        rule_from_dict(doc(FromPort=port, ToPort=80))
+
+
 def test_ownership_is_the_owner_tag_with_the_owner_name() -> None:
     tags = [{"Key": "team", "Value": "web"}, {"Key": OWNER_TAG_KEY, "Value": DEFAULT_OWNER}]
     mine = rule_from_dict(doc(SecurityGroupRuleId="sgr-1", Tags=tags))

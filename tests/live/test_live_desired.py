@@ -184,7 +184,7 @@ def test_static_rules_are_kept_and_cover_derived_ports() -> None:
         (NODES, "tcp", 8080, 8080, BACKEND),  # outside the static range
         (NODES, "tcp", 10256, 10256, BACKEND),
     }
-    missing = replace(static_range, key=replace(static_range.key, group_id="sg-gone"))
+    missing = replace(static_range, key=static_range.key._replace(group_id="sg-gone"))
     state = compute_desired(inventory, DesiredSettings(static_rules=(missing,)))
     assert missing not in state.rules and any("sg-gone" in n for n in state.notes)
 
