@@ -7,10 +7,11 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from moto import mock_aws
-from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.adapters.security_groups import SecurityGroupRules, typed_aws_errors
 from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, rule_from_dict
-from sg_reconciler.errors import GroupNotFound, NotOwned
+from sg_reconciler.errors import GroupNotFound, NotOwned, TransientAwsError
 
 OWNER = "sg-reconciler"
 
@@ -102,3 +103,15 @@ def test_a_missing_group_is_a_typed_error(ec2: Any, groups: tuple[str, str]) -> 
     sg = SecurityGroupRules(ec2)
     with pytest.raises(GroupNotFound):
         sg.authorize("sg-0000000000000dead", [rule("sg-0000000000000dead", lb, 80, 80)], OWNER, "p")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        EndpointConnectionError(endpoint_url="https://ec2.eu-west-1.amazonaws.com"),
+        ReadTimeoutError(endpoint_url="https://ec2.eu-west-1.amazonaws.com"),
+    ],
+)
+def test_a_lost_connection_is_a_transient_error_the_state_machine_retries(error: Exception) -> None:
+    with pytest.raises(TransientAwsError), typed_aws_errors():
+        raise error

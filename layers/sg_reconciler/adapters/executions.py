@@ -9,7 +9,11 @@ from botocore.exceptions import ClientError
 
 from sg_reconciler.adapters.security_groups import typed_aws_errors
 
-ENDED_BADLY = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
+# Only a running execution makes a start a duplicate. One that ended (failed, or succeeded
+# and then the world drifted back to need the same steps within the name's 10-minute bucket)
+# is started again: the execution re-plans under its locks, so a needless restart only
+# finds nothing to change.
+STILL_RUNNING = frozenset({"RUNNING", "PENDING_REDRIVE"})
 MAX_RESTARTS = 9
 
 
@@ -20,10 +24,11 @@ def execution_arn(state_machine_arn: str, name: str) -> str:
 def start_execution(
     stepfunctions: Any, state_machine_arn: str, name: str, payload: dict[str, Any]
 ) -> bool:
-    """Start `name`; False when that plan is already running or applied (a duplicate trigger).
+    """Start `name`; False when that plan is already running (a duplicate trigger).
 
-    A plan whose earlier execution of the same name failed (rolled back, aborted) is started
-    again under `<name>-r<n>`: the fault that stopped it may be gone.
+    A plan whose earlier execution of the same name ended is started again under
+    `<name>-r<n>`: a failed one's fault may be gone, and after a succeeded one the world has
+    drifted back (a redelivered trigger of an applied plan plans nothing and starts nothing).
     """
     for attempt in range(MAX_RESTARTS + 1):
         current = name if attempt == 0 else f"{name}-r{attempt}"
@@ -41,6 +46,6 @@ def start_execution(
             status = stepfunctions.describe_execution(
                 executionArn=execution_arn(state_machine_arn, current)
             )["status"]
-        if status not in ENDED_BADLY:
+        if status in STILL_RUNNING:
             return False
     return False

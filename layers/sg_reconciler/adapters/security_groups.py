@@ -11,10 +11,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, RuleKey, ingress_rules
-from sg_reconciler.errors import AwsCallFailed, NotOwned, NotYetVisible, from_aws_code
+from sg_reconciler.errors import (
+    AwsCallFailed,
+    NotOwned,
+    NotYetVisible,
+    TransientAwsError,
+    from_aws_code,
+)
 
 _FILTER_CHUNK = 200  # values per describe filter
 
@@ -24,6 +31,8 @@ def typed_aws_errors() -> Iterator[None]:
     """Re-raise botocore ClientErrors as the typed errors Step Functions matches."""
     try:
         yield
+    except (BotoConnectionError, HTTPClientError) as err:  # timeouts, resets: it may have applied
+        raise TransientAwsError(f"{type(err).__name__}: {err}") from None
     except ClientError as err:
         error = err.response.get("Error", {})
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

@@ -102,6 +102,7 @@ class HandlerHost:
         self._modules: dict[str, ModuleType] = {}
         self._lock = threading.RLock()  # handlers share os.environ: one at a time
         self._invocations: list[Invocation] = []
+        self._added: set[str] = set()  # environment keys the handlers added
 
     @property
     def functions(self) -> list[FunctionSpec]:
@@ -173,19 +174,25 @@ class HandlerHost:
             "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
         }
         saved = {key: os.environ.get(key) for key in wanted}
+        self._added.update(key for key, value in saved.items() if value is None)
         os.environ.update(wanted)
         try:
             yield
         finally:
+            # Restore what was there; keys that were absent stay until `unload`: the
+            # interpreter's threads read os.environ concurrently and a key vanishing between
+            # their check and their read raised KeyError (failing executions at random).
             for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
+                if value is not None:
                     os.environ[key] = value
 
     def unload(self) -> None:
-        """Forget the imported handler modules (the next runtime imports them afresh)."""
+        """Forget the imported handler modules (the next runtime imports them afresh) and the
+        environment variables the handlers added."""
         with self._lock:
+            for key in self._added:
+                os.environ.pop(key, None)
+            self._added.clear()
             for module in self._modules.values():
                 sys.modules.pop(module.__name__, None)
             self._modules.clear()

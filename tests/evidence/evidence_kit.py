@@ -1,0 +1,397 @@
+"""Shared tooling of the evidence suites: the #3639 world on one runtime, faults, outcomes.
+
+The fault matrix, the stateful property test and the concurrency test all drive the real
+template, ASL and handlers on one `LocalRuntime` per module. This module holds what they
+share: changing the world (services, targets, policy), starting and judging executions,
+converging, and `ScenarioFault`, a fault built on the same moto hook as `FaultInjector`
+(`moto_hooks.intercept_api_call`) with three additions the matrix needs: skip the first
+calls (to aim at one step of the flow), ELBv2 operations, and the "process died" kind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+from sg_reconciler.core.plan import Plan
+from sg_reconciler.core.rules import Rule
+from sg_reconciler.policy import parse_policy
+from sg_reconciler.reconcile import LivePlan, compute_live_plan
+from sg_reconciler_tools.demo.play import run_planner
+from sg_reconciler_tools.demo.world import DemoWorld
+from sg_reconciler_tools.local import FunctionFailed, InvariantMonitor, LocalRuntime, moto_hooks
+
+MACHINE = "ApplyPlanStateMachine"
+EXECUTION_TIMEOUT = 90.0
+POLL_SECONDS = 0.05  # polling less often leaves the interpreter's thread more of the GIL
+Kind = Literal["throttled", "denied", "server_error", "response_lost", "died"]
+KINDS: tuple[Kind, ...] = ("throttled", "denied", "server_error", "response_lost", "died")
+
+# The AWS error code each service answers per fault kind ("died" raises no AWS error).
+ERROR_CODES: dict[str, dict[str, str]] = {
+    "ec2": {
+        "throttled": "RequestLimitExceeded",
+        "denied": "UnauthorizedOperation",
+        "server_error": "InternalError",
+    },
+    "elbv2": {
+        "throttled": "Throttling",
+        "denied": "AccessDenied",
+        "server_error": "InternalFailure",
+    },
+    "dynamodb": {
+        "throttled": "ThrottlingException",
+        "denied": "AccessDeniedException",
+        "server_error": "InternalServerError",
+    },
+    "lambda": {
+        "throttled": "TooManyRequestsException",
+        "denied": "AccessDeniedException",
+        "server_error": "ServiceException",
+    },
+    "stepfunctions": {
+        "throttled": "ThrottlingException",
+        "denied": "AccessDeniedException",
+        "server_error": "ServiceUnavailable",
+    },
+}
+ELBV2_RESPONSE_CLASS = ("moto.elbv2.responses", "ELBV2Response")
+# What Lambda reports when the sandbox is killed mid-invocation (timeout, OOM, crash): an
+# unhandled function error whose errorType Step Functions uses as the error name.
+DIED_ERROR_TYPE = "Sandbox.Timedout"
+# Rows of the fault matrix, printed by tests/evidence/conftest.py at the end of the session.
+MATRIX_ROWS: list[dict[str, Any]] = []
+
+
+class ProcessKilled(Exception):
+    """Unwinds a handler right after a call took effect, as if its process had stopped there.
+
+    It is not an AWS error, so no adapter maps it; `ScenarioFault` turns the invocation's
+    answer into Lambda's `Sandbox.Timedout` failure.
+    """
+
+
+@contextmanager
+def elbv2_hookable() -> Iterator[None]:
+    """Let `moto_hooks.intercept_api_call` wrap ELBv2 actions (the local runtime ships without)."""
+    known = moto_hooks.RESPONSE_CLASSES
+    added = "elbv2" not in known
+    if added:
+        known["elbv2"] = ELBV2_RESPONSE_CLASS  # type: ignore[index]
+    try:
+        yield
+    finally:
+        if added:
+            del known["elbv2"]  # type: ignore[attr-defined]
+
+
+def service_error(service: str, code: str, message: str, *, status: int | None = None) -> Exception:
+    """The moto error for `code`; `status` sets the HTTP status where moto lets us (JSON APIs)."""
+    if service == "elbv2":
+        from moto.elbv2.exceptions import ELBClientError
+
+        return ELBClientError(code, message)
+    error = moto_hooks.service_error(service, code, message)
+    if status is not None and isinstance(getattr(error, "code", None), int):
+        error.code = status  # type: ignore[attr-defined]
+    return error
+
+
+class ScenarioFault:
+    """Context manager: the calls `skip+1 .. skip+count` of one AWS action fail as `kind` says.
+
+    - throttled / denied / server_error: the call fails before moto runs it.
+    - response_lost: moto applies the call, then the caller sees the server error.
+    - died: moto applies the call, then the calling handler's process dies: the handler
+      unwinds at once (`ProcessKilled`) and the Lambda invocation answers `Sandbox.Timedout`,
+      as Lambda does for a sandbox killed mid-invocation. For `lambda:Invoke` itself the
+      handler runs to the end and its answer is replaced by that failure.
+    """
+
+    def __init__(
+        self, service: str, operation: str, kind: Kind, *, count: int = 1, skip: int = 0
+    ) -> None:
+        self.service, self.operation, self.kind = service, operation, kind
+        self.count, self.skip = count, skip
+        self.fired: list[int] = []  # the call numbers (1-based) that failed
+        self.calls = 0
+        self._lock = threading.Lock()
+        self._died = threading.local()
+        self._patches: list[moto_hooks.Patch] = []
+        self._elbv2: Any = None
+
+    def __enter__(self) -> ScenarioFault:
+        if self.service == "elbv2":
+            self._elbv2 = elbv2_hookable()
+            self._elbv2.__enter__()
+        self._patches.append(
+            moto_hooks.intercept_api_call(
+                self.service, self.operation, self._intercept, layer=moto_hooks.FAULT_LAYER
+            )
+        )
+        if self.kind == "died" and (self.service, self.operation) != ("lambda", "Invoke"):
+            self._patches.append(
+                moto_hooks.intercept_api_call(
+                    "lambda", "Invoke", self._invocation, layer=moto_hooks.FAULT_LAYER + 1
+                )
+            )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for patch in reversed(self._patches):
+            patch.undo()
+        self._patches = []
+        if self._elbv2 is not None:
+            self._elbv2.__exit__(None, None, None)
+            self._elbv2 = None
+
+    def _take(self) -> int | None:
+        with self._lock:
+            self.calls += 1
+            if self.skip < self.calls <= self.skip + self.count:
+                self.fired.append(self.calls)
+                return self.calls
+            return None
+
+    def _intercept(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+        if self._take() is None:
+            return proceed()
+        message = f"injected {self.kind}"
+        server = ERROR_CODES[service]["server_error"]
+        if self.kind in ("throttled", "denied"):
+            raise service_error(service, ERROR_CODES[service][self.kind], message)
+        if self.kind == "server_error":
+            raise service_error(service, server, message, status=500)
+        result = proceed()  # the call takes effect
+        if self.kind == "response_lost":
+            raise service_error(service, server, message, status=500)
+        if (service, operation) == ("lambda", "Invoke"):
+            return died_response(result)
+        self._died.flag = True
+        raise ProcessKilled(f"the process died right after {operation}")
+
+    def _invocation(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+        self._died.flag = False
+        result = proceed()
+        if getattr(self._died, "flag", False):
+            self._died.flag = False
+            return died_response(result)
+        return result
+
+
+def died_response(result: Any) -> Any:
+    """LambdaResponse.invoke's (status, headers, body) turned into a killed-sandbox failure."""
+    status, headers, _ = result
+    body = json.dumps(
+        {"errorType": DIED_ERROR_TYPE, "errorMessage": "Task timed out (sandbox killed)"}
+    ).encode()
+    headers = {**headers, "x-amz-function-error": "Unhandled", "Content-Length": str(len(body))}
+    headers.pop("x-amz-crc32", None)
+    return status, headers, body
+
+
+# The runtime ---------------------------------------------------------------------------
+
+# Variables the local runtime's handler host sets around every handler call, besides the
+# function's own Environment.Variables (sg_reconciler_tools/local/functions.py).
+HOST_VARIABLES = (
+    "AWS_LAMBDA_FUNCTION_NAME",
+    "AWS_LAMBDA_FUNCTION_VERSION",
+    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "_HANDLER",
+    "LAMBDA_TASK_ROOT",
+    "POWERTOOLS_TRACE_DISABLED",
+)
+
+
+@contextmanager
+def handler_variables_kept(runtime: LocalRuntime) -> Iterator[None]:
+    """Work around a race in the local runtime: keep the handlers' variables in os.environ.
+
+    The handler host sets a function's variables in os.environ for the call and removes the
+    ones that were not there before. Another thread that copies os.environ at that moment
+    (the interpreter creates a boto3 client per task) iterates its keys and then fails on
+    the removed one: `KeyError: 'AWS_LAMBDA_FUNCTION_NAME'` inside the interpreter, an
+    execution failing with States.Runtime. With every such variable already present, the
+    host only overwrites and restores values, and no key ever disappears.
+    """
+    names = set(HOST_VARIABLES)
+    for spec in runtime.functions:
+        names |= set(spec.environment)
+    missing = [name for name in sorted(names) if name not in os.environ]
+    for name in missing:
+        os.environ[name] = ""
+    try:
+        yield
+    finally:
+        for name in missing:
+            os.environ.pop(name, None)
+
+
+class NoSleep:
+    """Stands in for `time` in `botocore.endpoint`: the retries of the planner's own clients
+    (5 attempts, backoff with jitter) record their delay instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+# The world ---------------------------------------------------------------------------
+
+
+def policy_doc(world: DemoWorld, **overrides: Any) -> str:
+    return json.dumps({**json.loads(world.policy), **overrides})
+
+
+def set_policy(world: DemoWorld, text: str) -> None:
+    world.runtime.clients.ssm.put_parameter(
+        Name=world.runtime.ref("PolicyParameter"), Value=text, Type="String", Overwrite=True
+    )
+
+
+def current_policy(world: DemoWorld) -> str:
+    ssm = world.runtime.clients.ssm
+    return str(ssm.get_parameter(Name=world.runtime.ref("PolicyParameter"))["Parameter"]["Value"])
+
+
+def live_plan(world: DemoWorld) -> LivePlan:
+    clients = world.runtime.clients
+    policy = parse_policy(current_policy(world))
+    return compute_live_plan(clients.ec2, clients.elbv2, policy, None)
+
+
+def plan_steps(world: DemoWorld) -> int:
+    """Steps a fresh full plan still has (-1 when it is refused)."""
+    result = live_plan(world).result
+    return len(result.steps) if isinstance(result, Plan) else -1
+
+
+def drop_service(world: DemoWorld, node_port: int) -> None:
+    """Delete a Service: its listener and target group (as the controller does)."""
+    elbv2 = world.runtime.clients.elbv2
+    tg = world.target_groups.pop(node_port)
+    for listener in elbv2.describe_listeners(LoadBalancerArn=world.load_balancer_arn)["Listeners"]:
+        forwards = [a.get("TargetGroupArn") for a in listener.get("DefaultActions", [])]
+        if tg in forwards:
+            elbv2.delete_listener(ListenerArn=listener["ListenerArn"])
+    elbv2.delete_target_group(TargetGroupArn=tg)
+
+
+def expire_locks(runtime: LocalRuntime) -> list[str]:
+    """Let every lock's lease run out (time passing for a dead holder); returns the groups."""
+    table = runtime.ref("LockTable")
+    dynamodb = runtime.clients.dynamodb
+    groups = [i["group_id"]["S"] for i in dynamodb.scan(TableName=table).get("Items", [])]
+    for group in groups:
+        dynamodb.update_item(
+            TableName=table,
+            Key={"group_id": {"S": group}},
+            UpdateExpression="SET lease_expires_at = :past",
+            ExpressionAttributeValues={":past": {"N": "1"}},
+        )
+    return groups
+
+
+def held_locks(runtime: LocalRuntime) -> list[str]:
+    items = runtime.clients.dynamodb.scan(TableName=runtime.ref("LockTable")).get("Items", [])
+    return sorted(i["group_id"]["S"] for i in items)
+
+
+def monitor_for(
+    world: DemoWorld, desired: list[Rule], groups: list[str] | None = None
+) -> InvariantMonitor:
+    ids = groups if groups is not None else list(world.node_groups.values())
+    return InvariantMonitor(world.runtime.clients.ec2, ids, None, desired)
+
+
+def start_plan(world: DemoWorld, live: LivePlan, name: str) -> str:
+    assert isinstance(live.result, Plan)
+    payload = {"plan_id": name, "plan": live.result.to_dict()}
+    return world.runtime.start_execution(MACHINE, payload, name)
+
+
+def outcome_of(described: dict[str, Any]) -> str:
+    """SUCCEEDED, or the error name a FAILED execution ended with (RolledBack, ...)."""
+    if described["status"] == "SUCCEEDED":
+        return "SUCCEEDED"
+    return str(described.get("error") or described["status"])
+
+
+def last_state(runtime: LocalRuntime, execution_arn: str) -> str:
+    entered = [s for s, kind in runtime.history(execution_arn) if kind.endswith("StateEntered")]
+    return entered[-1] if entered else ""
+
+
+@dataclass
+class PlannerRun:
+    """One planner invocation: what it answered and the executions it started."""
+
+    answer: str  # "ok", "batch item failures" or the function's error type
+    executions: list[dict[str, Any]] = field(default_factory=list)
+
+
+def wait_for(runtime: LocalRuntime, execution_arn: str) -> dict[str, Any]:
+    return runtime.wait_for(execution_arn, EXECUTION_TIMEOUT, POLL_SECONDS)
+
+
+def planner_run(
+    world: DemoWorld, wait: Callable[[str], dict[str, Any]] | None = None
+) -> PlannerRun:
+    """A scheduled planner run; waits for every execution it started (even if it failed)."""
+    runtime = world.runtime
+    if wait is None:
+        wait = lambda arn: wait_for(runtime, arn)  # noqa: E731
+    sfn = runtime.clients.stepfunctions
+    machine = runtime.arn(MACHINE)
+    before = {e["executionArn"] for e in sfn.list_executions(stateMachineArn=machine)["executions"]}
+    scheduled = {
+        "version": "0",
+        "id": f"schedule-{time.time_ns()}",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "region": "eu-west-1",
+        "time": "2026-11-29T00:00:00Z",
+        "resources": [],
+        "detail": {},
+    }
+    try:
+        run_planner(world, scheduled)
+        answer = "ok"
+    except FunctionFailed as failed:
+        answer = failed.error_type
+    except RuntimeError:
+        answer = "batch item failures"
+    started = [
+        e["executionArn"]
+        for e in sfn.list_executions(stateMachineArn=machine)["executions"]
+        if e["executionArn"] not in before
+    ]
+    return PlannerRun(answer, [wait(arn) for arn in started])
+
+
+def converge(world: DemoWorld, rounds: int = 2) -> bool:
+    """Scheduled reconciles (at most `rounds`) until a fresh plan has no steps left."""
+    for _ in range(rounds):
+        if plan_steps(world) == 0:
+            return True
+        planner_run(world)
+    return plan_steps(world) == 0

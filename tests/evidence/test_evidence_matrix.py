@@ -1,0 +1,259 @@
+"""Fault matrix: every AWS call of the flow crossed with five ways it can go wrong.
+
+Each scenario is a fresh #3639 change on one shared runtime: the previous scenario's Service
+is deleted and a new one gets a NodePort above every NodePort so far, so the backend rule of
+both node groups must grow (31000-p_prev -> 31000-p_new). The change runs through the real
+ASL and handlers while one call fails; the invariant monitor checks every security-group
+state between calls; then the fault clears and scheduled reconciles must converge (a fresh
+plan has no steps left).
+
+Fault kinds (the error codes per service are in `evidence_kit.ERROR_CODES`):
+- throttled: the call is refused before it runs (2 calls in a row).
+- denied: IAM refuses the call (every call while the fault is on).
+- server_error: the service fails with a 5xx before running the call (2 calls in a row).
+- response_lost: the call takes effect and its caller sees a 5xx (1 call).
+- died: the call takes effect and the process that made it dies right then (1 call). Model:
+  the handler unwinds at that point (nothing after the call runs, as if the process had
+  stopped) and the Lambda invocation answers what Lambda answers for a sandbox killed
+  mid-invocation, an unhandled `Sandbox.Timedout` error. For `lambda:Invoke` itself the
+  handler finishes and its answer is replaced by that failure; for the planner the SQS
+  batch is redelivered.
+
+Aiming: faults fire on the first calls after the execution starts, so a describe fault hits
+the refresh step (the first reader). The Lambda faults skip the first three invokes (check,
+lock, refresh) to hit the first authorize item; the history check below proves it. A
+`denied` Invoke fails one call (the apply step is not invoked again after a denial: the
+Catch goes to the rollback function). ModifySecurityGroupRules needs a group at its rule
+quota: those scenarios set the policy quota to 1, so the planner grows the rule in place.
+StartExecution is the planner's call: those scenarios run the planner Lambda with the
+scheduled event instead of starting the execution directly.
+
+Outcomes: SUCCEEDED, or the error of the failed execution: RolledBack (authorize phase
+undone, the old rules intact), RevokeIncomplete (stopped in a safe superset, leftovers
+reported), RollbackIncomplete (the rollback could not run: a safe superset), or the step error for "could not lock" / "could not refresh" (AccessDenied,
+Sandbox.Timedout); for the planner, its answer and the outcome of what it started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import botocore.endpoint
+import pytest
+from evidence.evidence_kit import (
+    KINDS,
+    MATRIX_ROWS,
+    Kind,
+    NoSleep,
+    ScenarioFault,
+    converge,
+    drop_service,
+    expire_locks,
+    handler_variables_kept,
+    held_locks,
+    last_state,
+    live_plan,
+    monitor_for,
+    outcome_of,
+    planner_run,
+    policy_doc,
+    set_policy,
+    start_plan,
+    wait_for,
+)
+from sg_reconciler.core.plan import Modify, Plan
+from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
+from sg_reconciler_tools.demo.world import DemoWorld, build_world
+from sg_reconciler_tools.local import LocalRuntime
+
+S = "SUCCEEDED"
+# call -> (service, operation, expected outcome per kind in KINDS order)
+CALLS: dict[str, tuple[str, str, tuple[str, str, str, str, str]]] = {
+    "DescribeSecurityGroupRules": (
+        "ec2",
+        "DescribeSecurityGroupRules",
+        (S, "AccessDenied", S, S, "Sandbox.Timedout"),
+    ),
+    "DescribeInstances (inventory)": (
+        "ec2",
+        "DescribeInstances",
+        (S, "AccessDenied", S, S, "Sandbox.Timedout"),
+    ),
+    "DescribeTargetGroups (ELBv2 inventory)": (
+        "elbv2",
+        "DescribeTargetGroups",
+        (S, "AccessDenied", S, S, "Sandbox.Timedout"),
+    ),
+    "AuthorizeSecurityGroupIngress": (
+        "ec2",
+        "AuthorizeSecurityGroupIngress",
+        (S, "RolledBack", S, S, "RolledBack"),
+    ),
+    "RevokeSecurityGroupIngress": (
+        "ec2",
+        "RevokeSecurityGroupIngress",
+        (S, "RevokeIncomplete", S, S, "RevokeIncomplete"),
+    ),
+    "ModifySecurityGroupRules (group at quota)": (
+        "ec2",
+        "ModifySecurityGroupRules",
+        (S, "RevokeIncomplete", S, S, "RevokeIncomplete"),
+    ),
+    "DynamoDB PutItem (lock)": (
+        "dynamodb",
+        "PutItem",
+        (S, "AccessDenied", S, S, "Sandbox.Timedout"),
+    ),
+    # Denied renewals: the rollback renews its locks first (it revokes only in groups it still
+    # holds), so it cannot run either and stops in a safe superset (here nothing was added).
+    "DynamoDB UpdateItem (lease renewal)": (
+        "dynamodb",
+        "UpdateItem",
+        (S, "RollbackIncomplete", S, S, "RolledBack"),
+    ),
+    # Denied release: the change is applied and reported; the locks stay until their lease ends.
+    "DynamoDB DeleteItem (release)": ("dynamodb", "DeleteItem", (S, S, S, S, S)),
+    "Lambda Invoke (authorize step)": ("lambda", "Invoke", (S, "RolledBack", S, S, "RolledBack")),
+    "StartExecution (planner)": (
+        "stepfunctions",
+        "StartExecution",
+        (
+            "planner ok; SUCCEEDED",
+            # A scheduled run that cannot plan fails its invocation, so Lambda retries it.
+            "planner PlanningFailed; no execution",
+            "planner ok; SUCCEEDED",
+            "planner ok; SUCCEEDED",
+            "planner Sandbox.Timedout; SUCCEEDED",
+        ),
+    ),
+}
+COUNTS: dict[Kind, int] = {
+    "throttled": 2,
+    "denied": 1000,
+    "server_error": 2,
+    "response_lost": 1,
+    "died": 1,
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    call: str
+    kind: Kind
+
+    @property
+    def service(self) -> str:
+        return CALLS[self.call][0]
+
+    @property
+    def operation(self) -> str:
+        return CALLS[self.call][1]
+
+    @property
+    def expected(self) -> str:
+        return CALLS[self.call][2][KINDS.index(self.kind)]
+
+    def fault(self) -> ScenarioFault:
+        invoke = self.operation == "Invoke"
+        count = 1 if invoke and self.kind == "denied" else COUNTS[self.kind]
+        return ScenarioFault(
+            self.service, self.operation, self.kind, count=count, skip=3 if invoke else 0
+        )
+
+    def __str__(self) -> str:
+        return f"{self.operation}-{self.kind}"
+
+
+SCENARIOS = [Scenario(call, kind) for call in CALLS for kind in KINDS]
+
+
+@dataclass
+class Stage:
+    world: DemoWorld
+    base_policy: str
+    port: int = 32500
+
+
+@pytest.fixture(scope="module")
+def stage() -> Iterator[Stage]:
+    quiet_handlers()
+    with LocalRuntime(TEMPLATE) as runtime, handler_variables_kept(runtime):
+        world = build_world(runtime)
+        reconcile(world)
+        yield Stage(world, world.policy)
+
+
+# moto warns that the injected ELBv2 error codes are not in its error shapes; AWS sends them.
+@pytest.mark.filterwarnings("ignore:Exception\\(ELBClientError\\):UserWarning")
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
+def test_fault_matrix(stage: Stage, scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    world, runtime = stage.world, stage.world.runtime
+    started = time.monotonic()
+    # Given a converged world and a new Service whose NodePort is above every other one
+    quota_bound = scenario.operation == "ModifySecurityGroupRules"
+    set_policy(world, policy_doc(world, quota=1) if quota_bound else stage.base_policy)
+    assert converge(world), "the world must start converged"
+    previous = stage.port
+    stage.port += 10
+    if previous in world.target_groups:
+        drop_service(world, previous)
+    world.add_service(stage.port)
+    live = live_plan(world)
+    assert isinstance(live.result, Plan) and live.result.steps
+    if quota_bound:
+        assert any(isinstance(s, Modify) for s in live.result.steps), live.result.to_dict()
+    before = {(r.key, r.rule_id) for r in world.node_rules()}
+    # When the change runs while one call fails
+    name = f"m-{scenario}-{stage.port}".replace("_", "-")
+    executions: list[dict[str, Any]] = []
+    with monitor_for(world, live.desired) as watch, scenario.fault() as fault:
+        if scenario.service == "stepfunctions":
+            monkeypatch.setattr(botocore.endpoint, "time", NoSleep())
+            run = planner_run(world)
+            executions = run.executions
+            # A restart that found the change applied also ends SUCCEEDED: outcomes as a set.
+            ends = ", ".join(sorted({outcome_of(d) for d in executions})) or "no execution"
+            outcome = f"planner {run.answer}; {ends}"
+            end_state = ", ".join(last_state(runtime, d["executionArn"]) for d in executions)
+        else:
+            described = wait_for(runtime, start_plan(world, live, name))
+            executions = [described]
+            outcome = outcome_of(described)
+            end_state = last_state(runtime, described["executionArn"])
+    monkeypatch.undo()
+    rules_after_fault = {(r.key, r.rule_id) for r in world.node_rules()}
+    left = held_locks(runtime)
+    # Then the fault clears (and, for locks left behind, their lease runs out) and the next
+    # scheduled runs converge
+    expire_locks(runtime)
+    converged = converge(world)
+    set_policy(world, stage.base_policy)
+    MATRIX_ROWS.append(
+        {
+            "call": scenario.call,
+            "kind": scenario.kind,
+            "expected": scenario.expected,
+            "outcome": outcome,
+            "end state": end_state,
+            "fired": len(fault.fired),
+            "snapshots": len(watch.snapshots),
+            "violations": len(watch.violations),
+            "locks left": len(left),
+            "converged": converged,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+    )
+    assert fault.fired, f"{scenario}: the fault never fired ({fault.calls} calls)"
+    watch.assert_clean()
+    assert outcome == scenario.expected, f"{scenario}: ended {outcome} at {end_state}"
+    assert converged, f"{scenario}: still {live_plan(world).to_dict()}"
+    if scenario.operation == "Invoke":
+        # The fault hit the first authorize item, as aimed.
+        history = runtime.history(executions[0]["executionArn"])
+        assert ("Authorize the rules of one group", "TaskFailed") in history, history
+    if outcome == "RolledBack":
+        # The authorize phase was undone: exactly the old rules, with their ids.
+        assert rules_after_fault == before
