@@ -224,7 +224,9 @@ def test_aws_sdk_ec2_tasks_change_rules_and_report_faults(runtime: LocalRuntime)
 # Handlers ----------------------------------------------------------------------------------
 
 
-def test_handlers_see_their_environment_only_while_they_run(runtime: LocalRuntime) -> None:
+def test_handlers_see_their_environment_and_it_is_cleaned_up_at_unload(
+    runtime: LocalRuntime,
+) -> None:
     keys = ["LOCKS_TABLE", "OWNER", "POWERTOOLS_SERVICE_NAME", "AWS_LAMBDA_FUNCTION_NAME"]
     seen = runtime.invoke("StepsFunction", {"action": "environment", "keys": keys})
 
@@ -234,6 +236,12 @@ def test_handlers_see_their_environment_only_while_they_run(runtime: LocalRuntim
         "POWERTOOLS_SERVICE_NAME": "sg-reconciler-fixture",
         "AWS_LAMBDA_FUNCTION_NAME": f"{STACK}-StepsFunction",
     }
+    # Added keys stay while the runtime runs (the interpreter's threads read os.environ
+    # concurrently; a key vanishing under them failed executions) and go when it unloads.
+    assert os.environ["LOCKS_TABLE"] == f"{STACK}-LocksTable"
+    host = runtime._host  # the handler host the runtime stops with
+    assert host is not None
+    host.unload()
     assert "LOCKS_TABLE" not in os.environ
 
 
