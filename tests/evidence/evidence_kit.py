@@ -25,7 +25,7 @@ from sg_reconciler.core.rules import Rule
 from sg_reconciler.policy import parse_policy
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler_tools.demo.play import run_planner
-from sg_reconciler_tools.demo.world import DemoWorld
+from sg_reconciler_tools.demo.world import DemoWorld, scheduled_event
 from sg_reconciler_tools.local import FunctionFailed, InvariantMonitor, LocalRuntime, moto_hooks
 
 MACHINE = "ApplyPlanStateMachine"
@@ -362,17 +362,7 @@ def planner_run(
     sfn = runtime.clients.stepfunctions
     machine = runtime.arn(MACHINE)
     before = {e["executionArn"] for e in sfn.list_executions(stateMachineArn=machine)["executions"]}
-    scheduled = {
-        "version": "0",
-        "id": f"schedule-{time.time_ns()}",
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": "123456789012",
-        "region": "eu-west-1",
-        "time": "2026-11-29T00:00:00Z",
-        "resources": [],
-        "detail": {},
-    }
+    scheduled = scheduled_event()
     try:
         run_planner(world, scheduled)
         answer = "ok"

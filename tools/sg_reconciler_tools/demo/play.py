@@ -28,7 +28,7 @@ from sg_reconciler.observability import logger
 from sg_reconciler.policy import parse_policy
 from sg_reconciler.reconcile import compute_live_plan
 
-from sg_reconciler_tools.demo.world import DemoWorld, build_world
+from sg_reconciler_tools.demo.world import DemoWorld, build_world, scheduled_event
 from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor, LocalRuntime
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
@@ -194,17 +194,7 @@ def desired_rules(world: DemoWorld) -> list[Rule]:
 
 def reconcile(world: DemoWorld) -> dict[str, Any] | None:
     """A scheduled drift-repair run: the planner with the schedule's event, then its execution."""
-    scheduled = {
-        "version": "0",
-        "id": f"schedule-{time.time_ns()}",
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": "123456789012",
-        "region": "eu-west-1",
-        "time": "2026-11-29T00:00:00Z",
-        "resources": [],
-        "detail": {},
-    }
+    scheduled = scheduled_event()
     execution = run_planner(world, scheduled)
     return None if execution is None else world.runtime.wait_for(execution, EXECUTION_TIMEOUT)
 

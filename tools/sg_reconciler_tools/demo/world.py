@@ -170,6 +170,21 @@ def cloudtrail_event(
     }
 
 
+def scheduled_event() -> dict[str, Any]:
+    """The drift-repair schedule's event (an EventBridge 'Scheduled Event')."""
+    return {
+        "version": "0",
+        "id": f"schedule-{uuid.uuid4()}",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": ACCOUNT_ID,
+        "region": REGION,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "resources": [],
+        "detail": {},
+    }
+
+
 def build_world(runtime: LocalRuntime) -> DemoWorld:
     """Create the cluster's network, groups, nodes, NLB and initial Services in moto."""
     ec2, elbv2 = runtime.clients.ec2, runtime.clients.elbv2
