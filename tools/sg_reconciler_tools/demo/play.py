@@ -78,6 +78,13 @@ def rule_line(rule: Rule, groups: dict[str, str]) -> str:
     )
 
 
+def with_names(text: str, groups: dict[str, str]) -> str:
+    """Group ids replaced by the demo's names, for the terminal."""
+    for name, group_id in groups.items():
+        text = text.replace(group_id, name)
+    return text
+
+
 def plan_lines(plan: Plan, groups: dict[str, str]) -> list[str]:
     names = {v: k for k, v in groups.items()}
     lines = []
@@ -267,7 +274,7 @@ def act_one(say: Say) -> ActResult:
             rules_after=_rules(world),
             history=console_history(runtime, execution),
             plan=plan_lines(_plan(plan), world.node_groups),
-            violation_details=[str(v) for v in monitor.violations],
+            violation_details=[with_names(str(v), world.names) for v in monitor.violations],
             transitions=runtime.transitions(execution),
             seconds=time.monotonic() - started,
         )
@@ -309,7 +316,7 @@ def act_two(say: Say) -> ActResult:
             rules_after=_rules(world),
             history=console_history(runtime, execution),
             plan=plan_lines(_plan(json.loads(described["input"])), world.node_groups),
-            violation_details=[str(v) for v in monitor.violations],
+            violation_details=[with_names(str(v), world.names) for v in monitor.violations],
             transitions=runtime.transitions(execution),
             seconds=time.monotonic() - started,
         )
@@ -368,7 +375,7 @@ def act_three(say: Say) -> ActResult:
         return ActResult(
             act=3,
             title="Revoke-then-authorize (the LBC's order) under the same fault",
-            outcome="gap left open: " + (errors[0].split(":")[0] if errors else "no error"),
+            outcome=f"gap left open ({errors[0].split(':')[0] if errors else 'no error'})",
             violations=len(monitor.violations),
             snapshots=len(monitor.snapshots),
             old_rules_kept=False,
@@ -379,7 +386,7 @@ def act_three(say: Say) -> ActResult:
             rules_after=gap,
             rules_repaired=_rules(world),
             plan=["revoke the old rule, then authorize the new one (per group)"],
-            violation_details=[str(v) for v in monitor.violations],
+            violation_details=[with_names(str(v), world.names) for v in monitor.violations],
             seconds=time.monotonic() - started,
         )
     finally:

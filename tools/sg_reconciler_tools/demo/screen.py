@@ -57,15 +57,14 @@ class Screen:
     def summary(self, results: list[ActResult]) -> None:
         self.say("head", "")
         self.say("head", "Summary")
-        self.say(
-            "head",
-            f"{'act':<4}{'outcome':<36}{'violations':>11}  {'old rules kept':<15}{'converged':<10}{'time':>6}",
-        )
+        header = f"act  {'outcome':<38}{'violations':>10}  {'old rules kept':<16}{'converged':<11}{'time':>6}"
+        self.say("head", "   " + header)
         for r in results:
             kept = "yes" if r.old_rules_kept else ("-" if r.act != 2 else "NO")
             converged = "yes" if r.converged else "-"
             kind = "ok" if (r.violations == 0) == (r.act != 3) else "bad"
             self.say(
                 kind,
-                f"{r.act:<4}{r.outcome[:35]:<36}{r.violations:>11}  {kept:<15}{converged:<10}{r.seconds:>5.1f}s",
+                f"{r.act:<5}{r.outcome:<38}{r.violations:>10}  {kept:<16}{converged:<11}"
+                f"{r.seconds:>5.1f}s",
             )
