@@ -7,14 +7,12 @@ from typing import Any
 
 import boto3
 import pytest
-from live.world import EXPECTED_DEFAULT_DESIRED, World, apply_plan, build_world, rows
+from live.world import EXPECTED_DEFAULT_DESIRED, World, apply_plan, assert_safe, build_world, rows
 from moto import mock_aws
 from sg_reconciler.core.plan import Authorize, Plan
-from sg_reconciler.core.planner import Limits
-from sg_reconciler.core.safety import check_plan
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy, parse_policy
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
+from sg_reconciler.policy import parse_policy
+from sg_reconciler.reconcile import compute_live_plan
 from sg_reconciler_tools.local.moto_hooks import patch_group_rule_description
 
 REGION = "us-east-1"
@@ -32,15 +30,6 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
 @pytest.fixture
 def world(aws: tuple[Any, Any]) -> World:
     return build_world(*aws)
-
-
-def assert_safe(live: LivePlan, policy: Policy) -> Plan:
-    assert isinstance(live.result, Plan), live.result
-    violations = check_plan(
-        live.result, live.current, live.desired, policy.owner, Limits(policy.rule_limit)
-    )
-    assert violations == []
-    return live.result
 
 
 def test_applying_the_plan_converges(aws: tuple[Any, Any], world: World) -> None:

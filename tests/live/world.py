@@ -24,7 +24,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
-from sg_reconciler.core.rules import DEFAULT_OWNER, OWNER_TAG_KEY, Rule, rule_to_dict
+from sg_reconciler.core.planner import Limits
+from sg_reconciler.core.rules import DEFAULT_OWNER, OWNER_TAG_KEY
+from sg_reconciler.core.safety import check_plan
+from sg_reconciler.policy import Policy
+from sg_reconciler.reconcile import LivePlan, Rule, rule_to_dict
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -279,3 +283,13 @@ def _permission(rule: Rule) -> Any:
         "ToPort": doc["ToPort"],
         "UserIdGroupPairs": [pair],
     }
+
+
+def assert_safe(live: LivePlan, policy: Policy) -> Plan:
+    """The live plan is a plan, and the planner's own checker finds it safe."""
+    assert isinstance(live.result, Plan), live.result
+    violations = check_plan(
+        live.result, live.current, live.desired, policy.owner, Limits(policy.rule_limit)
+    )
+    assert violations == []
+    return live.result
