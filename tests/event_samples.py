@@ -43,3 +43,28 @@ def event_text(name: str) -> str:
 def event_names(folder: str) -> list[str]:
     """The sample names (file stems) in `events/<folder>/`, sorted."""
     return sorted(p.stem for p in (EVENTS_DIR / folder).glob("*.json"))
+
+
+KeyPath = tuple[str | int, ...]  # a path of keys and indexes into a JSON document
+
+
+def key_paths(node: Any, prefix: KeyPath = ()) -> list[KeyPath]:
+    """Every key path in a JSON document, shortest first: where the fuzzers mutate a sample."""
+    children: list[tuple[str | int, Any]] = []
+    if isinstance(node, dict):
+        children = list(node.items())
+    elif isinstance(node, list):
+        children = list(enumerate(node))
+    found: list[KeyPath] = []
+    for key, child in children:
+        found.append((*prefix, key))
+        found.extend(key_paths(child, (*prefix, key)))
+    return found
+
+
+def parent_of(doc: Any, path: KeyPath) -> Any:
+    """The container that holds the last key of `path`."""
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    return node

@@ -9,7 +9,6 @@ reported as one `PolicyError` line that names the field.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -326,8 +325,3 @@ def load_policy_from_ssm(ssm: SSMClient, name: str) -> Policy:
     except BotoCoreError as err:
         raise PolicyError(f"SSM parameter {name}: {err}") from None
     return parse_policy(response["Parameter"].get("Value", ""), f"SSM parameter {name}")
-
-
-def policy_to_json(policy: Policy) -> str:
-    """The policy with every default filled in, for logs and `--show-policy` style output."""
-    return json.dumps(policy.model_dump(), indent=2, sort_keys=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from event_samples import ACCOUNT_ID, REGION, load_event
+from event_samples import ACCOUNT_ID, REGION, key_paths, load_event, parent_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import event as label
 from hypothesis import strategies as st
@@ -46,8 +46,6 @@ FUZZ_SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-
-Path_ = tuple[str | int, ...]
 
 
 @dataclass
@@ -101,27 +99,6 @@ json_values = st.recursive(
 )
 
 
-def paths(node: Any, prefix: Path_ = ()) -> list[Path_]:
-    """Every key path in a JSON document."""
-    children: list[tuple[str | int, Any]] = []
-    if isinstance(node, dict):
-        children = list(node.items())
-    elif isinstance(node, list):
-        children = list(enumerate(node))
-    found: list[Path_] = []
-    for key, child in children:
-        found.append((*prefix, key))
-        found.extend(paths(child, (*prefix, key)))
-    return found
-
-
-def parent_of(doc: Any, path: Path_) -> Any:
-    node = doc
-    for key in path[:-1]:
-        node = node[key]
-    return node
-
-
 def nested(depth: int) -> Any:
     value: Any = "bottom"
     for level in range(depth):
@@ -139,7 +116,7 @@ def events(draw: st.DrawFn, harness: Harness) -> dict[str, Any]:
                 ["drop", "replace", "huge", "nest", "account", "region", "caller", "failed"]
             )
         )
-        targets = paths(event)
+        targets = key_paths(event)
         if kind in ("drop", "replace", "huge", "nest") and targets:
             path = draw(st.sampled_from(targets))
             parent = parent_of(event, path)

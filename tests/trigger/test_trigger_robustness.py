@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from event_samples import ACCOUNT_ID, REGION, event_text, load_event
+from event_samples import (
+    ACCOUNT_ID,
+    REGION,
+    KeyPath,
+    event_text,
+    key_paths,
+    load_event,
+    parent_of,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from sg_reconciler.core.scope import Scope
@@ -15,7 +23,6 @@ from sg_reconciler.trigger.scope import Ignored, Parsed, Relevant, parse_record
 OWN = frozenset({"arn:aws:iam::123456789012:role/sg-reconciler-ApplyStepsRole-0A1B2C3D4E5F"})
 SAMPLES = [f"eventbridge/{n}" for n in EVENT_NAMES] + ["scheduled"]
 
-Path = tuple[str | int, ...]
 
 json_values = st.recursive(
     st.none()
@@ -40,31 +47,10 @@ def parse(body: str | dict[str, Any]) -> Parsed:
     return result
 
 
-def paths(node: Any, prefix: Path = ()) -> list[Path]:
-    """Every key path in a JSON document, shortest first."""
-    found: list[Path] = []
-    children: list[tuple[str | int, Any]] = []
-    if isinstance(node, dict):
-        children = list(node.items())
-    elif isinstance(node, list):
-        children = list(enumerate(node))
-    for key, child in children:
-        found.append((*prefix, key))
-        found.extend(paths(child, (*prefix, key)))
-    return found
-
-
-def parent_of(doc: Any, path: Path) -> Any:
-    node = doc
-    for key in path[:-1]:
-        node = node[key]
-    return node
-
-
 @given(st.sampled_from(SAMPLES), st.data())
 def test_dropping_any_key_never_raises(name: str, data: st.DataObject) -> None:
     event = load_event(name)
-    path = data.draw(st.sampled_from(paths(event)))
+    path = data.draw(st.sampled_from(key_paths(event)))
 
     parent = parent_of(event, path)
     del parent[path[-1]]
@@ -76,7 +62,7 @@ def test_dropping_any_key_never_raises(name: str, data: st.DataObject) -> None:
 @given(st.sampled_from(SAMPLES), st.data(), json_values)
 def test_replacing_any_value_never_raises(name: str, data: st.DataObject, value: Any) -> None:
     event = load_event(name)
-    path = data.draw(st.sampled_from(paths(event)))
+    path = data.draw(st.sampled_from(key_paths(event)))
 
     parent_of(event, path)[path[-1]] = value
 
@@ -127,7 +113,7 @@ def test_dropping_an_optional_response_keeps_the_event_relevant(
     assert isinstance(parse(event), Relevant)
 
 
-ISSUER_ARN: Path = ("detail", "userIdentity", "sessionContext", "sessionIssuer", "arn")
+ISSUER_ARN: KeyPath = ("detail", "userIdentity", "sessionContext", "sessionIssuer", "arn")
 
 
 @given(st.sampled_from([f"eventbridge/{n}" for n in EVENT_NAMES]), st.data(), json_values)
@@ -138,7 +124,9 @@ def test_own_calls_stay_ignored_whatever_else_changes(
     event = load_event(name)
     event["detail"]["userIdentity"]["sessionContext"]["sessionIssuer"]["arn"] = next(iter(OWN))
     untouched = [
-        p for p in paths(event) if p != ISSUER_ARN[: len(p)] and p[: len(ISSUER_ARN)] != ISSUER_ARN
+        p
+        for p in key_paths(event)
+        if p != ISSUER_ARN[: len(p)] and p[: len(ISSUER_ARN)] != ISSUER_ARN
     ]
     path = data.draw(st.sampled_from(untouched))
 
