@@ -97,6 +97,32 @@ def allows(doc: Mapping[str, Any], probe: Probe) -> bool:
     return True
 
 
+def _family(doc: Mapping[str, Any]) -> str:
+    kind, value = peer(doc)
+    return {"cidr4": "ipv4", "cidr6": "ipv6"}.get(kind, value)
+
+
+def _span(doc: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(first protocol, last protocol, first port, last port) the rule admits."""
+    proto = protocol(doc)
+    if proto is None:
+        return 0, 255, 0, 65535
+    if proto in (6, 17):
+        return proto, proto, int(doc["FromPort"]), int(doc["ToPort"])
+    if proto in (1, 58) and int(doc["FromPort"]) != -1:
+        return proto, proto, int(doc["FromPort"]), int(doc["FromPort"])
+    return proto, proto, 0, 65535
+
+
+def must_follow(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Invariant 9, restated: `old` may go only after `new` exists when their peers differ in
+    family (one source can sit in both) and they overlap on protocol and ports."""
+    if old["GroupId"] != new["GroupId"] or _family(old) == _family(new):
+        return False
+    a, b = _span(old), _span(new)
+    return a[0] <= b[1] and b[0] <= a[1] and a[2] <= b[3] and b[2] <= a[3]
+
+
 def probes(group: str, docs: Iterable[Mapping[str, Any]]) -> list[Probe]:
     """Representative flows into `group` for the given rules (see the module docstring)."""
     sources: set[Source] = set()
@@ -272,6 +298,11 @@ def judge_plan(
                 elif not owned(rules[rule_id], owner):
                     problems.append(f"{where}: revokes unowned rule {rule_id}")
                 else:
+                    problems.extend(
+                        f"{where}: revokes {rule_id} before {key(new)} exists (flow)"
+                        for new in scope[group].desired
+                        if key(new) not in present and must_follow(rules[rule_id], new)
+                    )
                     del rules[rule_id]
         elif step["action"] == "modify":
             rule_id, doc = step["rule_id"], step["rule"]
@@ -283,6 +314,11 @@ def judge_plan(
             elif key(doc) != key(target) and key(doc) in present:
                 problems.append(f"{where}: modify makes a duplicate {key(doc)}")
             else:
+                problems.extend(
+                    f"{where}: rewrites {rule_id} before {key(new)} exists (flow)"
+                    for new in scope[group].desired
+                    if key(new) not in present and must_follow(target, new)
+                )
                 rules[rule_id] = {**doc, "SecurityGroupRuleId": rule_id, "Tags": target["Tags"]}
         else:
             problems.append(f"{where}: unknown action")
@@ -345,8 +381,10 @@ def order_exists(world: GroupWorld, quota: int) -> bool:
             if not added >> i & 1 and count(added, removed) + 1 <= quota:
                 moves.append((added | 1 << i, removed))
         for j in range(len(removes)):
-            if removed >> j & 1:
-                continue
+            if removed >> j & 1 or any(
+                not added >> i & 1 and must_follow(removes[j], adds[i]) for i in range(len(adds))
+            ):
+                continue  # invariant 9: its replacements from other peers come first
             moves.append((added, removed | 1 << j))
             for i in range(len(adds)):
                 if not added >> i & 1 and peer(removes[j])[0] == peer(adds[i])[0]:

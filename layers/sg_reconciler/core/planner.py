@@ -11,32 +11,18 @@ Never revoke first: when no order keeps OLD ∩ NEW allowed within the quota, re
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Refusal, Revoke, Step
-from sg_reconciler.core.rules import (
-    DEFAULT_MAX_RULES_PER_GROUP,
-    DEFAULT_OWNER,
-    Rule,
-    RuleError,
-    RuleKey,
-)
-from sg_reconciler.core.safety import GroupBounds, check_plan, group_bounds
+from sg_reconciler.core.quota import Limits, Usage, add, sub
+from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, RuleError, RuleKey
+from sg_reconciler.core.safety import GroupBounds, check_plan, flow_conflict, group_bounds
 from sg_reconciler.core.traffic import Traffic
 
+__all__ = ["DEFAULT_SEARCH_BUDGET", "GroupDiff", "Limits", "dedupe_desired", "make_plan"]
+
 DEFAULT_SEARCH_BUDGET = 20_000  # safety checks one constrained group may spend
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Ingress rule quota per group (AWS default 60), with per-group overrides."""
-
-    default: int = DEFAULT_MAX_RULES_PER_GROUP
-    per_group: Mapping[str, int] = field(default_factory=dict)
-
-    def __call__(self, group_id: str) -> int:
-        return self.per_group.get(group_id, self.default)
 
 
 @dataclass(frozen=True)
@@ -49,9 +35,12 @@ class GroupDiff:
     removes: tuple[Rule, ...]
     satisfied: tuple[tuple[Rule, Rule], ...]  # (desired, unmanaged rule that equals it)
 
-    @property
-    def count(self) -> int:
-        return len(self.unmanaged) + len(self.kept) + len(self.relabel) + len(self.removes)
+    def usage(self, limits: Limits) -> Usage:
+        """Quota units the group holds now."""
+        return limits.usage(
+            r.key
+            for r in (*self.unmanaged, *self.kept, *(a for a, _ in self.relabel), *self.removes)
+        )
 
 
 # A move of the interleaving search: ("authorize", add indexes), ("revoke", remove indexes)
@@ -126,13 +115,16 @@ def diff_groups(current: Sequence[Rule], desired: Sequence[Rule], owner: str) ->
 class _Interleaver:
     """Depth-first search for a safe authorize/revoke/modify order within one group's quota."""
 
-    def __init__(self, diff: GroupDiff, bounds: GroupBounds, limit: int, budget: int) -> None:
-        self.diff, self.bounds, self.limit, self.budget = diff, bounds, limit, budget
+    def __init__(self, diff: GroupDiff, bounds: GroupBounds, limits: Limits, budget: int) -> None:
+        self.diff, self.bounds, self.limits, self.budget = diff, bounds, limits, budget
         self.base = [r.key for r in (*diff.unmanaged, *diff.kept)] + [
             a.key for a, _ in diff.relabel
         ]
         self.adds = [r.key for r in diff.adds]
         self.removes = [r.key for r in diff.removes]
+        self.base_usage = limits.usage(self.base)
+        self.add_weights = [limits.weight(k) for k in self.adds]
+        self.remove_weights = [limits.weight(k) for k in self.removes]
         self.seen: set[tuple[frozenset[int], frozenset[int]]] = set()
         self.safe_cache: dict[tuple[frozenset[int], frozenset[int]], bool] = {}
         self.checks = 0
@@ -140,19 +132,37 @@ class _Interleaver:
         # search: only the OLD ∩ NEW traffic they leave uncovered is at stake.
         self.at_stake = bounds.at_stake
         self.helpfulness = self._helpfulness()
+        # Invariant 9: a stale rule goes only after every new rule that admits overlapping
+        # ports from another peer (a source may be admitted by both peers).
+        self.first = [
+            frozenset(i for i, a in enumerate(self.adds) if flow_conflict(r, a))
+            for r in self.removes
+        ]
 
     def _helpfulness(self) -> list[int]:
         """How many stale rules' needed traffic each new rule covers: authorize those first."""
         needed = [Traffic.of([k]) & self.at_stake for k in self.removes]
         return [sum(1 for n in needed if n & Traffic.of([a])) for a in self.adds]
 
-    def count(self, added: frozenset[int], removed: frozenset[int]) -> int:
-        return len(self.base) + len(added) + len(self.removes) - len(removed)
+    def usage(self, added: frozenset[int], removed: frozenset[int]) -> Usage:
+        total = self.base_usage
+        for i in added:
+            total = add(total, self.add_weights[i])
+        for j in range(len(self.removes)):
+            if j not in removed:
+                total = add(total, self.remove_weights[j])
+        return total
+
+    def fits(self, usage: Usage) -> bool:
+        return self.limits.fits(usage, self.diff.group_id)
 
     def safe(self, added: frozenset[int], removed: frozenset[int]) -> bool:
         state = (added, removed)
         cached = self.safe_cache.get(state)
         if cached is None:
+            if any(not self.first[j] <= added for j in removed):
+                cached = self.safe_cache[state] = False
+                return cached
             self.checks += 1
             if self.checks > self.budget:
                 raise _BudgetExhausted
@@ -174,19 +184,30 @@ class _Interleaver:
         if batch:
             yield ("revoke", tuple(batch)), added, removed | set(batch)
         # 2. Authorize as many new rules as fit, the most helpful first.
-        room = self.limit - self.count(added, removed)
-        if room > 0 and pending_adds:
-            ranked = sorted(pending_adds, key=lambda i: (-self.helpfulness[i], i))[:room]
-            yield ("authorize", tuple(sorted(ranked))), added | set(ranked), removed
+        usage = self.usage(added, removed)
+        fitting: list[int] = []
+        for i in sorted(pending_adds, key=lambda i: (-self.helpfulness[i], i)):
+            grown = add(usage, self.add_weights[i])
+            if self.fits(grown):
+                fitting.append(i)
+                usage = grown
+        if fitting:
+            yield ("authorize", tuple(sorted(fitting))), added | set(fitting), removed
         # 3. Single steps, so that the search is complete when the batches lead nowhere.
         for j in batch if len(batch) > 1 else ():
             yield ("revoke", (j,)), added, removed | {j}
-        for i in pending_adds if room > 0 and room < len(pending_adds) else ():
-            yield ("authorize", (i,)), added | {i}, removed
-        # 4. Last resort: rewrite a stale rule in place into a new one (no extra slot).
+        base = self.usage(added, removed)
+        for i in pending_adds if len(fitting) < len(pending_adds) else ():
+            if self.fits(add(base, self.add_weights[i])):
+                yield ("authorize", (i,)), added | {i}, removed
+        # 4. Last resort: rewrite a stale rule in place into a new one (no extra slot), never
+        # between peers that may admit one source (invariant 9: that is not make-before-break).
         for j in pending_removes:
             for i in pending_adds:
-                if self.removes[j].peer.kind != self.adds[i].peer.kind:
+                if self.removes[j].peer.kind != self.adds[i].peer.kind or i in self.first[j]:
+                    continue
+                swapped = add(sub(base, self.remove_weights[j]), self.add_weights[i])
+                if not self.fits(swapped) or not self.first[j] <= added:
                     continue
                 if self.safe(added | {i}, removed | {j}):
                     yield ("modify", (j, i)), added | {i}, removed | {j}
@@ -235,6 +256,23 @@ def _rule_id(rule: Rule) -> str:
     return rule.rule_id
 
 
+def _flow_reason(interleaver: _Interleaver) -> str:
+    """Name the pairs invariant 9 orders, when they are what blocks the change."""
+    pairs = [
+        (interleaver.removes[j], interleaver.adds[i])
+        for j, needs in enumerate(interleaver.first)
+        for i in sorted(needs)
+    ]
+    if not pairs:
+        return ""
+    old, new = pairs[0]
+    more = f" (and {len(pairs) - 1} more such pairs)" if len(pairs) > 1 else ""
+    return (
+        f", or before the rule that replaces it from another peer: {old} must stay until {new} "
+        f"exists, since one source can be admitted by both peers{more}"
+    )
+
+
 def _listing(rules: Sequence[Rule | RuleKey], limit: int = 4) -> str:
     shown = "; ".join(str(r) for r in rules[:limit])
     return shown + (f"; and {len(rules) - limit} more" if len(rules) > limit else "")
@@ -273,30 +311,32 @@ def make_plan(
                 f"{gid}: desired {want.key} is already allowed by unmanaged rule {have.rule_id}; left as is"
             )
         relabels.extend(Modify(gid, _rule_id(old), new) for old, new in diff.relabel)
-        if diff.count + len(diff.adds) <= limit:
+        now = diff.usage(limits)
+        added = limits.usage(r.key for r in diff.adds)
+        if limits.fits(add(now, added), gid):
             if diff.adds:
                 first.append(Authorize(gid, diff.adds))
             if diff.removes:
                 last.append(Revoke(gid, tuple(_rule_id(r) for r in diff.removes)))
             continue
-        final = diff.count - len(diff.removes) + len(diff.adds)
-        if final > limit:
+        final = sub(add(now, added), limits.usage(r.key for r in diff.removes))
+        if not limits.fits(final, gid):
             refusals.append(
                 Refusal(
-                    f"{gid}: the desired state needs {final} ingress rules ({len(diff.unmanaged)} unmanaged), "
+                    f"{gid}: the desired state needs {limits.describe(final)} ({len(diff.unmanaged)} unmanaged rules), "
                     f"over the quota of {limit}; lower the rule budget or raise the quota",
                     gid,
                 )
             )
             continue
-        interleaver = _Interleaver(diff, bounds[gid], limit, search_budget)
+        interleaver = _Interleaver(diff, bounds[gid], limits, search_budget)
         try:
             steps = interleaver.steps()
         except _BudgetExhausted:
             refusals.append(
                 Refusal(
                     f"{gid}: gave up after {search_budget} safety checks looking for an order within the "
-                    f"quota of {limit} ingress rules (it has {diff.count}, adds {len(diff.adds)}: "
+                    f"quota of {limit} ingress rules (it has {limits.describe(now)}, adds {len(diff.adds)}: "
                     f"{_listing(diff.adds)}); raise the quota or split the change",
                     gid,
                 )
@@ -306,9 +346,10 @@ def make_plan(
             refusals.append(
                 Refusal(
                     f"{gid}: no make-before-break order fits the quota of {limit} ingress rules: it has "
-                    f"{diff.count} and must add {_listing(diff.adds)}, but none of the rules it would replace "
+                    f"{limits.describe(now)} and must add {_listing(diff.adds)}, but none of the rules it would replace "
                     f"({_listing(diff.removes)}) can be revoked or modified first without denying traffic "
-                    f"that both the current and the desired rules allow; raise the quota or free a rule",
+                    f"that both the current and the desired rules allow{_flow_reason(interleaver)}; "
+                    "raise the quota or free a rule",
                     gid,
                 )
             )

@@ -1,22 +1,43 @@
 """Simulate a plan call by call and check the safety invariants at every state.
 
-Invariants (DESIGN.md): 1 no loss (OLD ∩ NEW always allowed), 2 no over-exposure (nothing
-outside OLD ∪ NEW), 3 ownership (only owned rules revoked or modified), 5 quota (no call
-pushes a group past its limit), and the final state equals the desired one. A multi-rule
+Invariants (docs/invariants.md): 1 no loss (OLD ∩ NEW always allowed), 2 no over-exposure
+(nothing outside OLD ∪ NEW), 3 ownership (only owned rules revoked or modified), 5 quota (no
+call pushes a group past its limit, counted as AWS counts it), 9 flow (a rule that admits
+ports from one peer goes only after the new rule that admits overlapping ports from another
+peer exists), and the final state equals the desired one. A multi-rule
 call may apply partly; checking the states before and after each call covers those partial
 states too, because an authorize only adds and a revoke only removes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
+from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleKey
-from sg_reconciler.core.traffic import Traffic
+from sg_reconciler.core.traffic import Traffic, key_box
 
-LimitOf = Callable[[str], int]
+
+def flow_conflict(old: RuleKey, new: RuleKey) -> bool:
+    """Whether a source could lose traffic if `old` went before `new` came (invariant 9).
+
+    The traffic algebra keeps peers of different families apart (sg-a, sg-b, a CIDR, a
+    prefix list), but one source can be admitted by both: an NLB carrying two groups, an
+    address inside a CIDR that a group's members also sit in. So two rules of one group from
+    peers of different families that overlap on protocol and ports must be ordered.
+    """
+    if old.group_id != new.group_id:
+        return False
+    (_, old_family), old_box = key_box(old)
+    (_, new_family), new_box = key_box(new)
+    if old_family == new_family:
+        return False  # the algebra already judges one family exactly
+    return all(
+        lo_a < hi_b and lo_b < hi_a
+        for (lo_a, hi_a), (lo_b, hi_b) in zip(old_box[1:], new_box[1:], strict=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -112,7 +133,7 @@ def check_plan(
     current: list[Rule],
     desired: list[Rule],
     owner: str,
-    limits: LimitOf,
+    limits: Limits,
     bounds: dict[str, GroupBounds] | None = None,
     *,
     reaches_desired: bool = True,
@@ -130,7 +151,7 @@ def check_plan(
 
     for index, step in enumerate(plan.steps):
         rules = state.setdefault(step.group_id, {})
-        before = len(rules)
+        before = limits.usage(r.key for r in rules.values())
         present = {r.key for r in rules.values()}
 
         def bad(
@@ -156,6 +177,8 @@ def check_plan(
                 elif not target.owned_by(owner):
                     bad("3 ownership", f"revokes unmanaged rule {target}")
                 else:
+                    for needed in _first_needed(bounds, target.key, present):
+                        bad("9 flow", f"revokes {target} before {needed} exists")
                     del rules[rule_id]
         elif isinstance(step, Modify):
             target = rules.get(step.rule_id)
@@ -168,11 +191,17 @@ def check_plan(
             elif step.rule.key != target.key and step.rule.key in present:
                 bad("call shape", f"{step.rule.key} already exists: EC2 rejects the duplicate")
             else:
+                for needed in _first_needed(bounds, target.key, present - {target.key}):
+                    bad("9 flow", f"rewrites {target} before {needed} exists")
                 rules[step.rule_id] = replace(step.rule, rule_id=step.rule_id, tags=target.tags)
 
-        limit = limits(step.group_id)
-        if len(rules) > limit and len(rules) > before:
-            bad("5 quota", f"{len(rules)} ingress rules exceed the limit of {limit}")
+        after = limits.usage(r.key for r in rules.values())
+        grew = after[0] > before[0] or after[1] > before[1]
+        if grew and not limits.fits(after, step.group_id):
+            bad(
+                "5 quota",
+                f"{limits.describe(after)} exceed the limit of {limits(step.group_id)}",
+            )
         _check_traffic(bounds, step.group_id, rules.values(), index, violations)
 
     for group_id, group in sorted(bounds.items()) if reaches_desired else ():
@@ -198,6 +227,20 @@ def check_plan(
                     )
                 )
     return violations
+
+
+def _first_needed(
+    bounds: dict[str, GroupBounds], old: RuleKey, present: set[RuleKey]
+) -> list[RuleKey]:
+    """New rules that must exist before `old` goes (invariant 9) but are not in `present`."""
+    group = bounds.get(old.group_id)
+    if group is None:
+        return []
+    return sorted(
+        new
+        for new in group.new_keys - group.old_keys
+        if new not in present and flow_conflict(old, new)
+    )
 
 
 def _check_traffic(
