@@ -10,7 +10,6 @@ from sg_reconciler.core.quota import Limits, PrefixListSize
 from sg_reconciler.core.safety import check_plan, flow_conflict
 
 OLD_BACKEND, NEW_BACKEND = "sg-0oldbackend0000001", "sg-0newbackend0000001"
-AWS = {"per_family": True}
 
 
 def filler(count: int, *, v6: bool = False) -> list[dict[str, object]]:
@@ -105,18 +104,20 @@ def test_ipv4_and_ipv6_rules_are_counted_apart() -> None:
     current = filler(59)
     desired = [rule(NODES, (443, 443), CidrIpv6="2001:db8:1::/64")]
     # When counted as AWS does, it fits; counted as one pool (the CLI's contract), it fits too
-    aws = make_plan(parse(current), parse(desired), OWNER, Limits(60, **AWS))
+    aws = make_plan(parse(current), parse(desired), OWNER, Limits(60, per_family=True))
     assert isinstance(aws, Plan) and [type(s) for s in aws.steps] == [Authorize]
     # And 60 IPv6 rules beside 60 IPv4 rules fit only per family
     full6 = [*filler(60), *filler(59, v6=True)]
-    assert isinstance(make_plan(parse(full6), parse(desired), OWNER, Limits(60, **AWS)), Plan)
+    assert isinstance(
+        make_plan(parse(full6), parse(desired), OWNER, Limits(60, per_family=True)), Plan
+    )
     assert isinstance(make_plan(parse(full6), parse(desired), OWNER, Limits(60)), Refusal)
 
 
 def test_a_group_reference_counts_in_both_families() -> None:
     current = filler(60, v6=True)
     desired = [rule(NODES, (443, 443), ReferencedGroupInfo={"GroupId": NEW_BACKEND})]
-    result = make_plan(parse(current), parse(desired), OWNER, Limits(60, **AWS))
+    result = make_plan(parse(current), parse(desired), OWNER, Limits(60, per_family=True))
     assert isinstance(result, Refusal) and "61 IPv6" in result.reason
 
 
@@ -126,16 +127,21 @@ def test_a_prefix_list_counts_as_its_max_entries_in_its_family() -> None:
     desired = [rule(NODES, (443, 443), PrefixListId="pl-0abc")]
     sizes = {"pl-0abc": PrefixListSize("IPv4", 20)}
     # When the list's weight is known, 45 + 20 > 60: refused before any call
-    result = make_plan(parse(current), parse(desired), OWNER, Limits(60, prefix_lists=sizes, **AWS))
+    result = make_plan(
+        parse(current), parse(desired), OWNER, Limits(60, prefix_lists=sizes, per_family=True)
+    )
     assert isinstance(result, Refusal) and "65 IPv4" in result.reason
     # An IPv6 list of the same size fits beside them
     v6 = {"pl-0abc": PrefixListSize("IPv6", 20)}
     assert isinstance(
-        make_plan(parse(current), parse(desired), OWNER, Limits(60, prefix_lists=v6, **AWS)), Plan
+        make_plan(
+            parse(current), parse(desired), OWNER, Limits(60, prefix_lists=v6, per_family=True)
+        ),
+        Plan,
     )
     # The checker counts the same way: the plain authorize breaks the quota
     plan = Plan((Authorize(NODES, tuple(parse(desired))),))
     violations = check_plan(
-        plan, parse(current), parse(desired), OWNER, Limits(60, prefix_lists=sizes, **AWS)
+        plan, parse(current), parse(desired), OWNER, Limits(60, prefix_lists=sizes, per_family=True)
     )
     assert [v.invariant for v in violations] == ["5 quota"]
