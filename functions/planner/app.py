@@ -13,10 +13,10 @@ from sg_reconciler.adapters.executions import start_execution
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, metrics, tracer
 from sg_reconciler.planning_service import plan_batch
-from sg_reconciler.policy import load_policy_from_ssm
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
+from sg_reconciler.reconcile import LivePlan
 from sg_reconciler.settings import PlannerSettings, load_settings
 from sg_reconciler.trigger.scope import Ignored, Parsed, parse_record
+from sg_reconciler.wiring import live_planner
 
 # The trigger module logs each ignored event with the standard library; give it our format.
 copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.scope"})
@@ -61,10 +61,8 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(event_ids=event_ids[:20])
 
     def replan(scope: Scope) -> LivePlan:
-        policy = load_policy_from_ssm(client("ssm", attempts=5), settings.policy_parameter)
-        return compute_live_plan(
-            client("ec2", attempts=5), client("elbv2", attempts=5), policy, scope, partial=True
-        )
+        plan_live, _ = live_planner(settings, attempts=5)
+        return plan_live(scope)
 
     def start(name: str, payload: dict[str, Any]) -> bool:
         return start_execution(
@@ -84,6 +82,14 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(
         name="PlansFailed", unit=MetricUnit.Count, value=int(result.outcome == "failed")
     )
+    metrics.add_metric(name="RevokesHeld", unit=MetricUnit.Count, value=int(bool(result.held)))
+    metrics.add_metric(
+        name="OwnedRulesOutsideScope", unit=MetricUnit.Count, value=result.unreached_groups
+    )
+    if result.held:
+        logger.error(f"revokes held by the brake: {result.held}")
+    if result.released:
+        logger.warning(f"brake released by an operator: {result.released}")
     log = logger.error if refused or result.outcome == "failed" else logger.info
     log(
         f"batch of {result.received}: {result.outcome}",

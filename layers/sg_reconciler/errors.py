@@ -127,3 +127,8 @@ def from_aws_code(code: str, message: str, status: int | None = None) -> Reconci
     elif code in TRANSIENT_CODES or (status is not None and status >= 500):
         kind = TransientAwsError
     return kind(f"{code}: {message}", code)
+
+
+class WouldLoseTraffic(ReconcilerError):
+    """The live guard refused a revoke or modify: what stays would not allow what the desired
+    state needs (someone changed the group after the plan was made). No call was made."""

@@ -35,6 +35,9 @@ class BatchResult:
     rules_to_add: int = 0
     rules_to_remove: int = 0
     refused_groups: int = 0  # groups a partial plan holds back (their revokes wait)
+    held: str = ""  # the brake holds the revokes: why
+    released: str = ""  # an operator released the brake: the fingerprint let through
+    unreached_groups: int = 0  # groups with owned rules the policy does not reach
     failed_message_ids: list[str] = field(default_factory=list)
 
 
@@ -62,6 +65,10 @@ def plan_batch(
     try:
         live = replan(scope)
         plan = live.result
+        result.unreached_groups = len(live.unreached)
+        if live.brake is not None:
+            result.held = "" if live.released else live.brake.reason
+            result.released = live.brake.fingerprint if live.released else ""
         if isinstance(plan, Refusal):
             result.outcome, result.reason = "refused", plan.reason
             return result

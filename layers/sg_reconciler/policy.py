@@ -17,6 +17,7 @@ import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sg_reconciler.core.brake import DEFAULT_MAX_REVOKE_PERCENT, DEFAULT_MIN_REVOKES
 from sg_reconciler.core.desired import DesiredSettings
 from sg_reconciler.core.rules import (
     DEFAULT_MAX_RULES_PER_GROUP,
@@ -181,11 +182,31 @@ class StaticRule(_Strict):
         return rule_from_dict(doc)
 
 
+class Brake(_Strict):
+    max_revoke_percent: int = Field(
+        default=DEFAULT_MAX_REVOKE_PERCENT,
+        ge=1,
+        le=100,
+        description=(
+            "Hold a plan's revokes when it would take away more than this share of the "
+            "deployment's owned rules (100 turns this test off; the others stay)."
+        ),
+    )
+    min_revokes: int = Field(
+        default=DEFAULT_MIN_REVOKES,
+        ge=1,
+        description="The share test applies only from this many rules taken away.",
+    )
+
+
 class Policy(_Strict):
     owner: str = Field(
         default=DEFAULT_OWNER,
         pattern=OWNER_PATTERN,
-        description="Value of the sg-reconciler/owner tag on every rule this deployment owns.",
+        description=(
+            "Value of the sg-reconciler/owner tag on every rule this deployment owns. In AWS "
+            "the stack sets it (OwnerName); a policy that names another owner is refused."
+        ),
     )
     load_balancers: LoadBalancerSelector = Field(
         default_factory=LoadBalancerSelector, description="Which load balancers are managed."
@@ -208,11 +229,14 @@ class Policy(_Strict):
             "fewest extra ports (the LBC uses 1: one min..max range)."
         ),
     )
-    quota: int = Field(
-        default=DEFAULT_MAX_RULES_PER_GROUP,
+    quota: int | None = Field(
+        default=None,
         ge=1,
         le=1000,
-        description="Inbound rules per security group allowed by the account (AWS default 60).",
+        description=(
+            "Inbound rules per security group and address family; unset reads the account's "
+            "quota (Service Quotas L-0EA8095F, AWS default 60). An override may only be lower."
+        ),
     )
     quota_headroom: int = Field(
         default=0,
@@ -225,6 +249,7 @@ class Policy(_Strict):
         le=3600,
         description="Wait between authorizing new rules and revoking stale ones.",
     )
+    brake: Brake = Field(default_factory=Brake, description="The brake on mass revocation.")
     static_rules: list[StaticRule] = Field(
         default_factory=list,
         description="Rules with explicit ports, kept as declared; derived ports they cover are not added.",
@@ -232,7 +257,7 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> Policy:
-        if self.quota_headroom >= self.quota:
+        if self.quota is not None and self.quota_headroom >= self.quota:
             raise ValueError(
                 f"quota_headroom {self.quota_headroom} leaves no room under quota {self.quota}"
             )
@@ -248,8 +273,36 @@ class Policy(_Strict):
 
     @property
     def rule_limit(self) -> int:
-        """The per-group limit the planner works to."""
-        return self.quota - self.quota_headroom
+        """The per-group limit the planner works to, before the account's quota is read."""
+        return (self.quota or DEFAULT_MAX_RULES_PER_GROUP) - self.quota_headroom
+
+    def rule_quota(self, account_quota: int | None) -> int:
+        """The quota to plan with: the override, never above the account's (one error line)."""
+        account = account_quota or DEFAULT_MAX_RULES_PER_GROUP
+        if self.quota is not None and account_quota is not None and self.quota > account_quota:
+            raise PolicyError(
+                f"policy: quota {self.quota} is above the account's quota of {account_quota} "
+                "inbound rules per security group (Service Quotas L-0EA8095F); lower it or "
+                "raise the account's quota"
+            )
+        quota = self.quota if self.quota is not None else account
+        if self.quota_headroom >= quota:
+            raise PolicyError(
+                f"policy: quota_headroom {self.quota_headroom} leaves no room under the quota of {quota}"
+            )
+        return quota
+
+    def for_owner(self, owner: str) -> Policy:
+        """The policy of a deployment whose owner name comes from the stack (one source).
+
+        A policy that sets `owner` to another name is refused, not silently overridden: its
+        author believes the rules carry that name."""
+        if "owner" in self.model_fields_set and self.owner != owner:
+            raise PolicyError(
+                f"policy: owner {self.owner!r} is not this deployment's owner {owner!r} (the stack's "
+                "OwnerName); remove owner from the policy or deploy with that OwnerName"
+            )
+        return self.model_copy(update={"owner": owner})
 
     def desired_settings(self) -> DesiredSettings:
         """The pure-core view of the policy."""

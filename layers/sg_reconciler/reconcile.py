@@ -7,17 +7,22 @@ one that started the execution.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters.inventory import read_inventory
+from sg_reconciler.core.brake import BrakeFacts, BrakeVerdict, check_brake, hold_revokes
 from sg_reconciler.core.desired import DesiredState, compute_desired, touched_groups
 from sg_reconciler.core.inventory import Inventory
 from sg_reconciler.core.plan import Plan, Refusal
-from sg_reconciler.core.planner import Limits, make_plan
+from sg_reconciler.core.planner import make_plan
+from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import Rule, rule_to_dict
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import Policy
+
+Released = Callable[[str], bool]  # whether an operator released the brake for a fingerprint
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -32,6 +37,9 @@ class LivePlan:
     groups: list[str]  # the groups in play after scoping, sorted
     notes: list[str] = field(default_factory=list)
     state: DesiredState | None = None  # exposure report and links, for callers that report
+    brake: BrakeVerdict | None = None  # set when the brake held (or a release let go) revokes
+    released: bool = False  # an operator released this exact set of revocations
+    unreached: tuple[str, ...] = ()  # groups with owned rules the policy does not reach
 
     def to_dict(self) -> dict[str, Any]:
         """The plan contract of DESIGN.md plus the desired rules and the groups in play."""
@@ -44,26 +52,84 @@ class LivePlan:
 
 
 def plan_from_inventory(
-    inventory: Inventory, policy: Policy, scope: Scope | None = None, *, partial: bool = False
+    inventory: Inventory,
+    policy: Policy,
+    scope: Scope | None = None,
+    *,
+    partial: bool = False,
+    released: Released | None = None,
 ) -> LivePlan:
-    """The pure half of `compute_live_plan` (no AWS): scope, desired state and plan.
+    """The pure half of `compute_live_plan` (no AWS): scope, desired state, plan and brake.
 
     `partial` (the Lambdas): a group that cannot be planned holds back the revokes, not the
-    whole reconcile; see `make_plan`."""
+    whole reconcile; see `make_plan`. Owned rules in groups the policy does not reach
+    (another VPC) are reported and never touched (invariant 10). `released` says whether an
+    operator released the brake for a set of revocations (invariant 12)."""
+    quota = policy.rule_quota(inventory.account_rule_quota)
     state = compute_desired(inventory, policy.desired_settings())
-    in_play = {r.group_id for r in state.rules} | set(inventory.owned_groups)
+    unreached = _unreached(inventory, policy, state)
+    in_play = ({r.group_id for r in state.rules} | set(inventory.owned_groups)) - set(unreached)
     touched = touched_groups(inventory, state, scope, policy.owner)
     groups = in_play if touched is None else in_play & touched
     desired = [r for r in state.rules if r.group_id in groups]
     current = [r for r in inventory.rules if r.group_id in groups]
-    result = make_plan(current, desired, policy.owner, Limits(policy.rule_limit), partial=partial)
+    limits = Limits(
+        quota - policy.quota_headroom, per_family=True, prefix_lists=inventory.prefix_lists
+    )
+    result = make_plan(current, desired, policy.owner, limits, partial=partial)
+    notes = [*inventory.notes, *state.notes]
+    notes += [
+        f"{g} holds rules with this deployment's owner tag but the policy does not reach it "
+        "(another VPC): reported, never touched"
+        for g in unreached
+    ]
+    verdict, was_released = None, False
+    if isinstance(result, Plan):
+        facts = BrakeFacts(
+            owned_rules=sum(1 for r in inventory.rules if r.owned_by(policy.owner)),
+            selected_load_balancers=len(inventory.load_balancers),
+            groups_with_targets=frozenset(
+                g for tg in inventory.target_groups for t in tg.targets for g in t.group_ids
+            ),
+            max_revoke_percent=policy.brake.max_revoke_percent,
+            min_revokes=policy.brake.min_revokes,
+        )
+        verdict = check_brake(result, current, desired, policy.owner, facts)
+        if verdict is not None:
+            was_released = released is not None and released(verdict.fingerprint)
+            if was_released:
+                notes.append(
+                    f"the brake would hold these revokes ({verdict.reason}) but an operator "
+                    f"released them (fingerprint {verdict.fingerprint})"
+                )
+            else:
+                result = hold_revokes(result, verdict, current)
     return LivePlan(
         result=result,
         desired=desired,
         current=current,
         groups=sorted(groups),
-        notes=[*inventory.notes, *state.notes],
+        notes=notes,
         state=state,
+        brake=verdict,
+        released=was_released,
+        unreached=tuple(unreached),
+    )
+
+
+def _unreached(inventory: Inventory, policy: Policy, state: DesiredState) -> list[str]:
+    """Groups with owned rules outside the VPCs the policy works in; none when it selects
+    nothing at all (then the brake, not the scope, keeps the rules)."""
+    named = {r.group_id for r in state.rules} | set(policy.destination.group_ids)
+    vpcs = {lb.vpc_id for lb in inventory.load_balancers if lb.vpc_id}
+    vpcs |= {inventory.groups[g].vpc_id for g in named if g in inventory.groups}
+    vpcs.discard("")
+    if not vpcs:
+        return []
+    return sorted(
+        g
+        for g in inventory.owned_groups
+        if g in inventory.groups and inventory.groups[g].vpc_id not in vpcs
     )
 
 
@@ -74,6 +140,12 @@ def compute_live_plan(
     scope: Scope | None = None,
     *,
     partial: bool = False,
+    quotas: Any = None,
+    released: Released | None = None,
 ) -> LivePlan:
-    """Read, derive and plan; `scope` None or full plans every group the policy covers."""
-    return plan_from_inventory(read_inventory(ec2, elbv2, policy), policy, scope, partial=partial)
+    """Read, derive and plan; `scope` None or full plans every group the policy covers.
+
+    `quotas` (a Service Quotas client) reads the account's rule quota; without it the AWS
+    default applies unless the policy sets one."""
+    inventory = read_inventory(ec2, elbv2, policy, quotas)
+    return plan_from_inventory(inventory, policy, scope, partial=partial, released=released)

@@ -19,18 +19,25 @@ class _FromEnvironment(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
 
-class StepSettings(_FromEnvironment):
-    """Settings of the state machine's step functions (the owner name comes from the policy)."""
+class _Deployment(_FromEnvironment):
+    """What every function knows of its stack: the owner name has one source, the template."""
 
+    owner: str = Field(DEFAULT_OWNER, alias="OWNER_NAME", min_length=1)
+    owner_claim_parameter: str = Field("", alias="OWNER_CLAIM_PARAMETER_NAME")
+    stack_id: str = Field("", alias="STACK_ID")
     lock_table: str = Field("", alias="LOCK_TABLE_NAME")
+
+
+class StepSettings(_Deployment):
+    """Settings of the state machine's step functions."""
+
     lease_seconds: int = Field(900, alias="LOCK_LEASE_SECONDS", ge=300, le=86_400)
     policy_parameter: str = Field("", alias="POLICY_PARAMETER_NAME")
 
 
-class PlannerSettings(_FromEnvironment):
+class PlannerSettings(_Deployment):
     """Settings of the planner function."""
 
-    owner: str = Field(DEFAULT_OWNER, alias="OWNER_NAME", min_length=1)
     policy_parameter: str = Field(alias="POLICY_PARAMETER_NAME", min_length=1)
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", min_length=1)
     own_role_arns: str = Field("", alias="OWN_ROLE_ARNS", description="comma-separated role ARNs")

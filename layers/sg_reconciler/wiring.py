@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sg_reconciler.adapters.aws_clients import client
+from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.settings import StepSettings
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.policy import load_policy_from_ssm
+from sg_reconciler.reconcile import LivePlan, compute_live_plan
+from sg_reconciler.settings import PlannerSettings, StepSettings
 
 
 def group_rules() -> SecurityGroupRules:
@@ -14,3 +20,32 @@ def group_rules() -> SecurityGroupRules:
 
 def group_locks(config: StepSettings) -> GroupLocks:
     return GroupLocks(client("dynamodb"), config.lock_table)
+
+
+def live_planner(
+    config: StepSettings | PlannerSettings, attempts: int = 1
+) -> tuple[Callable[[Scope], LivePlan], int]:
+    """The planner's read-derive-plan for this deployment, and the policy's settle time.
+
+    The owner name comes from the stack (one source); the policy may not name another, and
+    the run refuses to start while another stack claims the name (invariant 10)."""
+    policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter).for_owner(
+        config.owner
+    )
+    check_owner_claim(
+        client("ssm", attempts), config.owner_claim_parameter, config.stack_id, config.owner
+    )
+    releases = BrakeReleases(client("dynamodb", attempts), config.lock_table)
+
+    def replan(scope: Scope) -> LivePlan:
+        return compute_live_plan(
+            client("ec2", attempts),
+            client("elbv2", attempts),
+            policy,
+            scope,
+            partial=True,
+            quotas=client("service-quotas", attempts),
+            released=releases.released if config.lock_table else None,
+        )
+
+    return replan, policy.settle_seconds

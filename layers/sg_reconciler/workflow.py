@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.phases import Phases, applied_problems, leftover_rule_ids, split_phases
 from sg_reconciler.core.plan import (
     Authorize,
@@ -23,10 +24,11 @@ from sg_reconciler.core.plan import (
     Plan,
     Refusal,
     Revoke,
+    Step,
     plan_from_dict,
     step_from_dict,
 )
-from sg_reconciler.core.rules import RuleError
+from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import (
     AuthorizeFailed,
@@ -36,7 +38,9 @@ from sg_reconciler.errors import (
     NotYetVisible,
     PlanRefused,
     RevokeFailed,
+    WouldLoseTraffic,
 )
+from sg_reconciler.reconcile import LivePlan
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
@@ -63,6 +67,7 @@ class RefreshInput(_Input):
 class ApplyItem(_Input):
     group_id: str
     steps: list[dict[str, Any]] = Field(min_length=1)
+    desired: list[dict[str, Any]] | None = None  # the group's desired rules, for the guard
 
 
 class ApplyInput(_Input):
@@ -70,6 +75,12 @@ class ApplyInput(_Input):
     plan_id: str
     holder: str
     owner: str = Field(min_length=1)
+
+
+class ReplanInput(_Input):
+    groups: list[str] = Field(min_length=1)
+    plan_id: str
+    phases: dict[str, Any]
 
 
 class VerifyInput(_Input):
@@ -146,25 +157,78 @@ def release_locks(event: object, locks: GroupLocks) -> dict[str, Any]:
 
 
 def refresh_plan(
-    event: object, replan: Callable[[Scope], Plan | Refusal], settle_seconds: int, owner: str
+    event: object, replan: Callable[[Scope], LivePlan], settle_seconds: int, owner: str
 ) -> dict[str, Any]:
     """'Refresh the plan under the locks': the plan as the account is now, for the locked groups."""
     request = parse(RefreshInput, event)
-    result = replan(Scope(group_ids=frozenset(request.groups)))
-    if isinstance(result, Refusal):
-        raise PlanRefused(result.reason)
-    outside = sorted(set(result.groups) - set(request.groups))
-    if outside:
-        raise PlanRefused(
-            f"the refreshed plan also changes {', '.join(outside)}, which this execution has not locked; the next run plans them"
-        )
+    live = replan(Scope(group_ids=frozenset(request.groups)))
+    result = _locked_plan(live, request.groups)
     return {
         "changed": bool(result.steps),
-        "phases": split_phases(result.steps).to_dict(),
+        "phases": split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds),
         "settle_seconds": settle_seconds,
         "owner": owner,
         "summary": summarize(result),
     }
+
+
+def replan_revokes(event: object, replan: Callable[[Scope], LivePlan]) -> dict[str, Any]:
+    """'Re-plan the revokes after the settle' (invariant 11): the desired state read again,
+    under the locks, after the wait. Only rules stale in both plans are revoked, each guarded
+    by the new desired rules; when the new plan wants rules that do not exist yet (or the
+    brake holds it), nothing is revoked and the next run takes over."""
+    request = parse(ReplanInput, event)
+    try:
+        before = Phases.from_dict(request.phases)
+    except RuleError as err:
+        raise InvalidPlan(str(err)) from None
+    live = replan(Scope(group_ids=frozenset(request.groups)))
+    now = _locked_plan(live, request.groups)
+    after = split_phases(now.steps)
+    stale_before = {i for s in before.steps if isinstance(s, Revoke) for i in s.rule_ids}
+    wanted = [s for _, steps in after.authorize for s in steps] + list(after.ordered)
+    deferred = ""
+    if wanted:
+        deferred = (
+            f"the desired state changed during the settle: {len(wanted)} call(s) that add or "
+            "rewrite rules are needed first; nothing was revoked, the next run takes over"
+        )
+    elif now.held:
+        deferred = f"revokes held by the brake: {now.held}"
+    revoke: list[tuple[str, tuple[Step, ...]]] = []
+    for group_id, steps in () if deferred else after.revoke:
+        kept: list[Step] = []
+        for step in steps:
+            if isinstance(step, Revoke):
+                ids = tuple(i for i in step.rule_ids if i in stale_before)
+                if ids:
+                    kept.append(Revoke(group_id, ids))
+            else:
+                kept.append(step)  # a description-only modify
+        if kept:
+            revoke.append((group_id, tuple(kept)))
+    phases = Phases(before.authorize, before.ordered, tuple(revoke))
+    doc = phases.to_dict(_by_group(live.desired))
+    return {"phases": doc, "deferred": deferred}
+
+
+def _locked_plan(live: LivePlan, groups: list[str]) -> Plan:
+    result = live.result
+    if isinstance(result, Refusal):
+        raise PlanRefused(result.reason)
+    outside = sorted(set(result.groups) - set(groups))
+    if outside:
+        raise PlanRefused(
+            f"the refreshed plan also changes {', '.join(outside)}, which this execution has not locked; the next run plans them"
+        )
+    return result
+
+
+def _by_group(rules: list[Rule]) -> dict[str, list[Rule]]:
+    groups: dict[str, list[Rule]] = {}
+    for rule in rules:
+        groups.setdefault(rule.group_id, []).append(rule)
+    return groups
 
 
 def summarize(plan: Plan) -> dict[str, Any]:
@@ -177,6 +241,7 @@ def summarize(plan: Plan) -> dict[str, Any]:
         "calls": len(plan.steps),
         "notes": list(plan.notes),
         "refused": list(plan.refused),
+        "held": plan.held,
     }
 
 
@@ -192,6 +257,7 @@ def apply_steps(
         raise InvalidPlan(str(err)) from None
     if any(s.group_id != group_id for s in steps):
         raise InvalidPlan(f"an item for {group_id} carries a step of another group")
+    desired = _item_desired(request.item, steps)
     owner = request.owner
     locks.renew(group_id, request.holder, lease_seconds)
     done: list[dict[str, Any]] = []
@@ -200,15 +266,46 @@ def apply_steps(
             ids = rules.authorize(group_id, step.rules, owner, request.plan_id)
             done.append({"action": "authorize", "rule_ids": sorted(ids.values())})
         elif isinstance(step, Revoke):
+            guard = _guard(group_id, set(step.rule_ids), (), desired)
             try:
-                revoked = rules.revoke(group_id, step.rule_ids, owner)
+                revoked = rules.revoke(group_id, step.rule_ids, owner, guard)
             except GroupNotFound:
                 revoked = []  # the group and its rules are gone: nothing left to revoke
             done.append({"action": "revoke", "rule_ids": revoked})
         else:
-            rules.modify(group_id, step.rule_id, step.rule, owner)
+            guard = _guard(group_id, {step.rule_id}, (step.rule,), desired)
+            rules.modify(group_id, step.rule_id, step.rule, owner, guard)
             done.append({"action": "modify", "rule_ids": [step.rule_id]})
     return {"group_id": group_id, "calls": done}
+
+
+def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
+    """The group's desired rules; an item that revokes or modifies must carry them."""
+    if item.desired is None:
+        if any(not isinstance(s, Authorize) for s in steps):
+            raise InvalidPlan(
+                f"the item for {item.group_id} revokes or modifies but carries no desired "
+                "rules for the live guard"
+            )
+        return []
+    try:
+        return [rule_from_dict(doc) for doc in item.desired]
+    except RuleError as err:
+        raise InvalidPlan(f"desired rules of {item.group_id}: {err}") from None
+
+
+def _guard(
+    group_id: str, removed: set[str], added: tuple[Rule, ...], desired: list[Rule]
+) -> Callable[[list[Rule]], None]:
+    def check(live: list[Rule]) -> None:
+        problems = call_would_lose(live, removed, added, desired)
+        if problems:
+            raise WouldLoseTraffic(
+                f"{group_id}: no call made to remove {', '.join(sorted(removed))}: "
+                + "; ".join(problems[:3])
+            )
+
+    return check
 
 
 def verify(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
@@ -231,16 +328,40 @@ def verify(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
     now = rules.describe(request.groups)
     if request.mode == "leftovers":
         leftovers = leftover_rule_ids(phases, now)
-        cause = (
-            f"stopped after {failure_text(request.error)}; "
-            f"the groups keep every new rule and {len(leftovers)} stale rule(s) "
-            f"{', '.join(leftovers) or ''}; the next run removes them"
+        lacking = _lacking(request.phases, now)
+        held = (
+            "every desired rule of the changed groups is in place"
+            if not lacking
+            else "desired traffic not allowed now (checked just now): " + "; ".join(lacking)
         )
-        return {"leftover_rule_ids": leftovers, "cause": cause}
+        cause = (
+            f"stopped after {failure_text(request.error)}; {held}; "
+            f"{len(leftovers)} stale rule(s) left {', '.join(leftovers)}".rstrip()
+            + "; the next run takes over"
+        )
+        return {"leftover_rule_ids": leftovers, "lacking": lacking, "cause": cause}
     problems = applied_problems(phases, now, final=request.mode == "final")
     if problems:
         raise NotYetVisible("; ".join(problems[:5]))
     return {"mode": request.mode, "checked_rules": len(now)}
+
+
+def _lacking(phases_doc: dict[str, Any], now: list[Rule]) -> list[str]:
+    """Per group that revokes or modifies: the desired traffic the live rules do not allow."""
+    wanted: dict[str, list[Rule]] = {}
+    for name in ("ordered", "revoke"):
+        for item in phases_doc.get(name) or []:
+            if isinstance(item, dict) and isinstance(item.get("desired"), list):
+                try:
+                    rules = [rule_from_dict(doc) for doc in item["desired"]]
+                except RuleError as err:
+                    raise InvalidPlan(f"desired rules of {item.get('group_id')}: {err}") from None
+                wanted[str(item.get("group_id"))] = rules
+    return [
+        f"{group_id}: {missing.describe()}"
+        for group_id, rules in sorted(wanted.items())
+        if (missing := what_is_left([r for r in now if r.group_id == group_id], rules))
+    ]
 
 
 def roll_back(

@@ -32,7 +32,8 @@ def error_of(text: str) -> str:
 def test_an_empty_document_is_all_defaults() -> None:
     policy = parse_policy("")
     assert policy.owner == DEFAULT_OWNER
-    assert policy.quota == 60 and policy.quota_headroom == 0 and policy.rule_limit == 60
+    assert policy.quota is None and policy.quota_headroom == 0 and policy.rule_limit == 60
+    assert policy.rule_quota(None) == 60 and policy.rule_quota(200) == 200
     assert policy.rule_budget == 3
     assert policy.load_balancers.tags == {"sg-reconciler/managed": "true"}
     assert policy.rule_source.kind == "load_balancer_groups"

@@ -36,6 +36,7 @@ from sg_reconciler.core.inventory import (
     TargetKind,
     tags_of,
 )
+from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleError, ingress_rules
 from sg_reconciler.policy import Policy
 
@@ -47,6 +48,7 @@ ELB_PAGE_SIZE = 400  # describe_load_balancers / describe_target_groups maximum
 EC2_PAGE_SIZE = 1000  # MaxResults maximum of the EC2 describes used here
 FILTER_CHUNK = 200  # values per EC2 filter
 TAG_CHUNK = 20  # ResourceArns per elbv2 describe_tags
+RULE_QUOTA = ("vpc", "L-0EA8095F")  # Service Quotas: inbound rules per security group
 TARGET_HEALTH_WORKERS = 4  # concurrent describe_target_health calls (no batch form exists)
 
 GROUP_NOT_FOUND = frozenset({"InvalidGroup.NotFound", "InvalidGroupId.NotFound"})
@@ -96,6 +98,7 @@ class _Reader:
     ec2: EC2Client
     elbv2: ElasticLoadBalancingv2Client
     policy: Policy
+    quotas: Any = None  # a Service Quotas client, or None to plan with the AWS default
 
     def __post_init__(self) -> None:
         self.notes: list[str] = []
@@ -281,6 +284,46 @@ class _Reader:
             )
         return found
 
+    def prefix_list_sizes(self, list_ids: Iterable[str]) -> dict[str, PrefixListSize]:
+        """MaxEntries and family of referenced prefix lists: a reference costs MaxEntries rules."""
+        sizes: dict[str, PrefixListSize] = {}
+        for batch in chunks(sorted(set(list_ids)), FILTER_CHUNK):
+            try:
+                pages = self.ec2.get_paginator("describe_managed_prefix_lists").paginate(
+                    Filters=[{"Name": "prefix-list-id", "Values": batch}]
+                )
+                for page in pages:
+                    for found in page.get("PrefixLists", []):
+                        entries = found.get("MaxEntries")
+                        if isinstance(entries, int):
+                            sizes[found["PrefixListId"]] = PrefixListSize(
+                                found.get("AddressFamily", "IPv4"), entries
+                            )
+            except ClientError as err:
+                self.notes.append(
+                    f"prefix lists could not be read ({error_code(err)}): each reference counts as one rule in both families"
+                )
+        unknown = sorted(set(list_ids) - sizes.keys())
+        if unknown:
+            self.notes.append(
+                f"prefix list(s) {', '.join(unknown)} have no known size: each counts as one rule in both families"
+            )
+        return sizes
+
+    def account_rule_quota(self) -> int | None:
+        if self.quotas is None:
+            return None
+        service, code = RULE_QUOTA
+        try:
+            value = self.quotas.get_service_quota(ServiceCode=service, QuotaCode=code)
+            return int(value["Quota"]["Value"])
+        except ClientError as err:
+            self.notes.append(
+                f"the account's rule quota ({code}) could not be read ({error_code(err)}): "
+                "the AWS default of 60 applies unless the policy sets quota"
+            )
+            return None
+
     # --- composition ---------------------------------------------------------------------
 
     def read(self) -> Inventory:
@@ -367,21 +410,32 @@ class _Reader:
             self.notes.append(
                 f"group(s) {', '.join(dropped)} not found (deleted?): dropped from scope"
             )
+        kept = tuple(r for r in rules if r.group_id in groups)
+        lists = {r.key.peer.value for r in kept if r.key.peer.kind == "prefix_list"}
+        lists |= {
+            r.key.peer.value
+            for r in policy.desired_settings().static_rules
+            if r.key.peer.kind == "prefix_list"
+        }
+        sizes = self.prefix_list_sizes(lists) if lists else {}
+        quota = self.account_rule_quota()
         return Inventory(
             load_balancers=tuple(lbs),
             target_groups=tuple(target_groups),
             groups=groups,
-            rules=tuple(r for r in rules if r.group_id in groups),
+            rules=kept,
             owned_groups=frozenset(g for g in owned if g in groups),
             notes=tuple(self.notes),
+            prefix_lists=sizes,
+            account_rule_quota=quota,
         )
 
 
 def read_inventory(
-    ec2: EC2Client, elbv2: ElasticLoadBalancingv2Client, policy: Policy
+    ec2: EC2Client, elbv2: ElasticLoadBalancingv2Client, policy: Policy, quotas: Any = None
 ) -> Inventory:
     """Everything the desired state of `policy` depends on, plus the rules of the groups in play."""
-    return _Reader(ec2, elbv2, policy).read()
+    return _Reader(ec2, elbv2, policy, quotas).read()
 
 
 @dataclass(frozen=True)

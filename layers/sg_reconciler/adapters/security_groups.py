@@ -7,7 +7,7 @@ that is gone succeeds. Revokes go by rule id only, never by consolidated permiss
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,9 @@ from sg_reconciler.errors import (
 )
 
 _FILTER_CHUNK = 200  # values per describe filter
+
+# Called with the group's live rules right before a revoke or modify; raises to stop the call.
+Guard = Callable[[list[Rule]], None]
 
 
 @contextmanager
@@ -148,25 +151,35 @@ class SecurityGroupRules:
                 raise NotYetVisible(f"authorized rules not visible yet: {', '.join(still_missing)}")
         return {r.key: existing[r.key] for r in rules}
 
-    def revoke(self, group_id: str, rule_ids: Sequence[str], owner: str) -> list[str]:
+    def revoke(
+        self, group_id: str, rule_ids: Sequence[str], owner: str, guard: Guard | None = None
+    ) -> list[str]:
         """Revoke the owned rules among `rule_ids` that still exist; returns the ids revoked."""
-        present = {r.rule_id: r for r in self.describe([group_id]) if r.rule_id in set(rule_ids)}
+        live = self.describe([group_id])
+        present = {r.rule_id: r for r in live if r.rule_id in set(rule_ids)}
         foreign = [str(r) for r in present.values() if not r.owned_by(owner)]
         if foreign:
             raise NotOwned(f"refusing to revoke rules without the owner tag: {', '.join(foreign)}")
         ids = sorted(i for i in present if i)
+        if ids and guard is not None:
+            guard(live)
         if ids:
             with typed_aws_errors():
                 self.ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=ids)
         return ids
 
-    def modify(self, group_id: str, rule_id: str, rule: Rule, owner: str) -> None:
+    def modify(
+        self, group_id: str, rule_id: str, rule: Rule, owner: str, guard: Guard | None = None
+    ) -> None:
         """Rewrite an owned rule in place (same id, tags kept)."""
-        target = next((r for r in self.describe([group_id]) if r.rule_id == rule_id), None)
+        live = self.describe([group_id])
+        target = next((r for r in live if r.rule_id == rule_id), None)
         if target is not None and not target.owned_by(owner):
             raise NotOwned(f"refusing to modify rule {target} without the owner tag")
         if target is not None and target.key == rule.key and target.description == rule.description:
             return
+        if guard is not None:
+            guard(live)
         with typed_aws_errors():
             self.ec2.modify_security_group_rules(
                 GroupId=group_id,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import Rule
 
 TargetKind = Literal["instance", "ip", "lambda", "alb"]
@@ -87,3 +88,5 @@ class Inventory:
     rules: tuple[Rule, ...] = ()
     owned_groups: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
+    prefix_lists: Mapping[str, PrefixListSize] = field(default_factory=dict)
+    account_rule_quota: int | None = None  # Service Quotas L-0EA8095F, when it could be read

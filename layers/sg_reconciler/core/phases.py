@@ -9,17 +9,19 @@
   order), all groups in parallel.
 
 The execution state carries the phases only (not the plan besides), so its size is one copy
-of the plan.
+of the plan. Every item that revokes or modifies carries its group's desired rules, for the
+live guard (invariant 11); an ordered item that follows an authorize waits `settle_seconds`
+first, so the rule it relies on is visible before anything goes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sg_reconciler.core.plan import Authorize, Modify, Revoke, Step, step_from_dict, step_to_dict
-from sg_reconciler.core.rules import Rule, RuleError
+from sg_reconciler.core.rules import Rule, RuleError, rule_to_dict
 
 Items = tuple[tuple[str, tuple[Step, ...]], ...]  # (group, its calls in order)
 
@@ -39,15 +41,36 @@ class Phases:
             *(s for _, steps in self.revoke for s in steps),
         ]
 
-    def to_dict(self) -> dict[str, Any]:
-        def items(groups: Iterable[tuple[str, tuple[Step, ...]]]) -> list[dict[str, Any]]:
-            return [
-                {"group_id": g, "steps": [step_to_dict(s) for s in steps]} for g, steps in groups
-            ]
+    def to_dict(
+        self, desired: Mapping[str, Sequence[Rule]] | None = None, settle_seconds: int = 0
+    ) -> dict[str, Any]:
+        """The phases as the state machine reads them; `desired` feeds the live guard."""
+        wanted = desired or {}
 
+        def guarded(group_id: str, steps: Sequence[Step]) -> dict[str, Any]:
+            item: dict[str, Any] = {
+                "group_id": group_id,
+                "steps": [step_to_dict(s) for s in steps],
+            }
+            if any(not isinstance(s, Authorize) for s in steps):
+                item["desired"] = [
+                    rule_to_dict(r, with_identity=False) for r in wanted.get(group_id, ())
+                ]
+            return item
+
+        def items(groups: Iterable[tuple[str, tuple[Step, ...]]]) -> list[dict[str, Any]]:
+            return [guarded(g, steps) for g, steps in groups]
+
+        ordered = []
+        for index, step in enumerate(self.ordered):
+            item = guarded(step.group_id, (step,))
+            follows_authorize = index > 0 and isinstance(self.ordered[index - 1], Authorize)
+            waits = follows_authorize and not isinstance(step, Authorize)
+            item["settle_seconds"] = settle_seconds if waits else 0
+            ordered.append(item)
         return {
             "authorize": items(self.authorize),
-            "ordered": [{"group_id": s.group_id, "steps": [step_to_dict(s)]} for s in self.ordered],
+            "ordered": ordered,
             "revoke": items(self.revoke),
         }
 

@@ -44,6 +44,7 @@ class Plan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = field(default=())
     refused: tuple[str, ...] = field(default=())  # partial plans: why some groups wait
+    held: str = ""  # the brake holds this plan's revokes (invariant 12): why
 
     @property
     def groups(self) -> list[str]:
@@ -57,6 +58,8 @@ class Plan:
         }
         if self.refused:
             doc["refused"] = list(self.refused)
+        if self.held:
+            doc["held"] = self.held
         return doc
 
     def plan_id(self) -> str:

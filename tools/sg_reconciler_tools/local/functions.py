@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +103,9 @@ class HandlerHost:
         self._lock = threading.RLock()  # handlers share os.environ: one at a time
         self._invocations: list[Invocation] = []
         self._added: set[str] = set()  # environment keys the handlers added
+        # Called with (logical id, event) right before a handler runs: a test plays an
+        # outside writer at an exact point of an execution (between two states).
+        self.before_invoke: list[Callable[[str, Any], None]] = []
 
     @property
     def functions(self) -> list[FunctionSpec]:
@@ -123,6 +126,8 @@ class HandlerHost:
             event = json.loads(payload.decode("utf-8")) if payload.strip() else {}
         except ValueError as error:
             return _error_result("Runtime.UnmarshalError", f"payload is not JSON: {error}")
+        for listener in list(self.before_invoke):
+            listener(spec.logical_id, event)
         with self._lock:
             result, outcome = self._call(spec, event)
             self._invocations.append(outcome)

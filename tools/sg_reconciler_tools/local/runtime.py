@@ -16,13 +16,14 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import boto3
+from sg_reconciler.core.rules import DEFAULT_OWNER
 
 from sg_reconciler_tools.local import moto_hooks
 from sg_reconciler_tools.local.functions import FunctionSpec, HandlerHost, Invocation
@@ -103,8 +104,11 @@ class LocalRuntime:
         ec2_fidelity: bool = True,
         sdk_max_attempts: int | None = 1,
     ) -> None:
+        # The stack's owner name is the library default unless a test asks for another
+        # (the template derives it from the stack name when OwnerName is empty).
+        given = {"OwnerName": DEFAULT_OWNER, **(parameters or {})}
         self.template = Template.load(
-            template_path, stack_name=stack_name, region=REGION, parameters=dict(parameters or {})
+            template_path, stack_name=stack_name, region=REGION, parameters=given
         )
         self.handlers_root = Path(handlers_root) if handlers_root else self.template.directory
         self.ec2_fidelity = ec2_fidelity
@@ -323,6 +327,14 @@ class LocalRuntime:
         if response.get("FunctionError"):
             raise FunctionFailed(str(payload.get("errorType")), str(payload.get("errorMessage")))
         return payload
+
+    def before_invoke(self, listener: Callable[[str, Any], None]) -> moto_hooks.Patch:
+        """Call `listener(logical id, event)` right before each handler runs, until undone."""
+        host = self._handlers
+        host.before_invoke.append(listener)
+        return moto_hooks.Patch(
+            "before-invoke listener", lambda: host.before_invoke.remove(listener)
+        )
 
     # Deployment -------------------------------------------------------------------------
 

@@ -1,0 +1,111 @@
+"""The brake on mass revocation (invariant 12).
+
+A desired state that is suddenly empty or much smaller is more often a wrong read than a
+wish: a stale cache, a selector tag the LBC stripped, a policy that selects nothing. As
+Cloud Custodian's `max-resources-percent` stops a runaway policy, a plan that would take
+away an outsized share of the deployment's rules is held: its authorizations go ahead, its
+revokes wait, an alarm fires, until an operator releases exactly that set of revocations.
+
+A revoke that only makes way for a rule allowing the same traffic (31000-32000 replaced by
+31000-32500) takes nothing away, so the brake counts *net* removals: owned rules whose
+traffic the group's new rules do not allow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from sg_reconciler.core.phases import split_phases
+from sg_reconciler.core.plan import Modify, Plan, Revoke
+from sg_reconciler.core.rules import Rule
+from sg_reconciler.core.safety import group_bounds
+from sg_reconciler.core.traffic import Traffic
+
+DEFAULT_MAX_REVOKE_PERCENT = 50
+DEFAULT_MIN_REVOKES = 10  # below this many net removals the share alone never holds a plan
+
+
+@dataclass(frozen=True)
+class BrakeFacts:
+    """What the brake weighs a plan against, from the whole read (not only the scope)."""
+
+    owned_rules: int  # every rule of the deployment (owner tag) in the account read
+    selected_load_balancers: int
+    groups_with_targets: frozenset[str]  # groups hosting a registered target
+    max_revoke_percent: int = DEFAULT_MAX_REVOKE_PERCENT
+    min_revokes: int = DEFAULT_MIN_REVOKES
+
+
+@dataclass(frozen=True)
+class BrakeVerdict:
+    reason: str
+    fingerprint: str  # names exactly this set of revocations, for a release
+
+
+def net_removals(
+    plan: Plan, current: Sequence[Rule], desired: Sequence[Rule], owner: str
+) -> list[Rule]:
+    """Owned rules the plan revokes or rewrites whose traffic the group's new rules do not allow."""
+    gone = {i for s in plan.steps if isinstance(s, Revoke) for i in s.rule_ids}
+    gone |= {s.rule_id for s in plan.steps if isinstance(s, Modify) and _moves(s, current)}
+    bounds = group_bounds(current, desired, owner)
+    removed = [r for r in current if r.rule_id in gone]
+    return [r for r in removed if Traffic.of([r]) - Traffic.of(bounds[r.group_id].new_keys)]
+
+
+def _moves(step: Modify, current: Sequence[Rule]) -> bool:
+    before = next((r for r in current if r.rule_id == step.rule_id), None)
+    return before is None or before.key != step.rule.key
+
+
+def check_brake(
+    plan: Plan, current: Sequence[Rule], desired: Sequence[Rule], owner: str, facts: BrakeFacts
+) -> BrakeVerdict | None:
+    """Why the plan's revokes must wait, or None when they may go."""
+    removed = net_removals(plan, current, desired, owner)
+    if not removed:
+        return None
+    reasons: list[str] = []
+    if facts.selected_load_balancers == 0:
+        reasons.append(
+            f"the policy selects no load balancer, yet the plan would take away {len(removed)} owned rule(s)"
+        )
+    share = 100 * len(removed) / max(facts.owned_rules, 1)
+    if share > facts.max_revoke_percent and len(removed) >= facts.min_revokes:
+        reasons.append(
+            f"the plan would take away {len(removed)} of the deployment's {facts.owned_rules} owned "
+            f"rules ({share:.0f}%, over the brake's {facts.max_revoke_percent}%)"
+        )
+    wanted_groups = {r.group_id for r in desired}
+    for group_id in sorted(
+        {r.group_id for r in removed} & facts.groups_with_targets - wanted_groups
+    ):
+        owned = [r for r in current if r.group_id == group_id and r.owned_by(owner)]
+        if all(r in removed for r in owned):
+            reasons.append(
+                f"{group_id} still hosts registered targets but would lose every owned rule"
+            )
+    if not reasons:
+        return None
+    ids = sorted(r.rule_id or "" for r in removed)
+    fingerprint = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
+    return BrakeVerdict("; ".join(reasons), fingerprint)
+
+
+def hold_revokes(plan: Plan, verdict: BrakeVerdict, current: Sequence[Rule]) -> Plan:
+    """The plan with its revokes held: the authorize phase and description-only changes."""
+    phases = split_phases(plan.steps)
+    kept = [s for _, steps in phases.authorize for s in steps]
+    kept += [
+        s
+        for _, steps in phases.revoke
+        for s in steps
+        if isinstance(s, Modify) and not _moves(s, current)
+    ]
+    note = (
+        f"revokes held by the brake ({verdict.reason}); to release exactly these, put the item "
+        f"brake-release#{verdict.fingerprint} in the lock table (README, Troubleshooting)"
+    )
+    return replace(plan, steps=tuple(kept), notes=(*plan.notes, note), held=verdict.reason)

@@ -1,0 +1,64 @@
+"""One owner per deployment (invariant 10): one source, a claim, and clear refusals."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import mock_aws
+from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
+from sg_reconciler.errors import BadConfiguration
+from sg_reconciler.policy import PolicyError, parse_policy
+
+CLAIM = "/sg-reconciler/owners/prod"
+
+
+def test_a_policy_naming_another_owner_is_refused_with_one_line() -> None:
+    policy = parse_policy("owner: staging")
+    with pytest.raises(PolicyError, match="owner 'staging' is not this deployment's owner 'prod'"):
+        policy.for_owner("prod")
+    # a policy without owner takes the stack's; one that agrees is fine
+    assert parse_policy("{}").for_owner("prod").owner == "prod"
+    assert parse_policy("owner: prod").for_owner("prod").owner == "prod"
+
+
+def test_a_quota_override_above_the_accounts_quota_is_refused() -> None:
+    policy = parse_policy("quota: 100")
+    with pytest.raises(PolicyError, match="quota 100 is above the account's quota of 60"):
+        policy.rule_quota(60)
+    assert policy.rule_quota(200) == 100 and parse_policy("quota: 40").rule_quota(60) == 40
+    with pytest.raises(PolicyError, match="quota_headroom 60 leaves no room"):
+        parse_policy("quota_headroom: 60").rule_quota(None)
+
+
+@mock_aws
+def test_two_stacks_in_one_account_cannot_share_an_owner() -> None:
+    # Given the claim of stack A on the owner name "prod"
+    ssm = boto3.client("ssm", region_name="eu-west-1")
+    ssm.put_parameter(Name=CLAIM, Type="String", Value="arn:stack/a")
+    # Then stack A runs, and stack B (deployed by hand around the claim) refuses to
+    check_owner_claim(ssm, CLAIM, "arn:stack/a", "prod")
+    with pytest.raises(BadConfiguration, match="claimed by arn:stack/a, not this stack"):
+        check_owner_claim(ssm, CLAIM, "arn:stack/b", "prod")
+    # And a second claim with the same name fails to be created, as the stack's would
+    with pytest.raises(ssm.exceptions.ParameterAlreadyExists):
+        ssm.put_parameter(Name=CLAIM, Type="String", Value="arn:stack/b")
+    with pytest.raises(BadConfiguration, match="could not be read"):
+        check_owner_claim(ssm, "/sg-reconciler/owners/missing", "arn:stack/a", "missing")
+
+
+@mock_aws
+def test_a_brake_release_names_one_fingerprint_and_expires() -> None:
+    dynamodb = boto3.client("dynamodb", region_name="eu-west-1")
+    dynamodb.create_table(
+        TableName="locks",
+        KeySchema=[{"AttributeName": "group_id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "group_id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    now = [1_000_000.0]
+    releases = BrakeReleases(dynamodb, "locks", clock=lambda: now[0])
+    assert not releases.released("abc")
+    releases.release("abc", "alice")
+    assert releases.released("abc") and not releases.released("other")
+    now[0] += 2 * 86_400
+    assert not releases.released("abc")
