@@ -317,7 +317,9 @@ def judge_plan(
                 problems.extend(
                     f"{where}: rewrites {rule_id} before {key(new)} exists (flow)"
                     for new in scope[group].desired
-                    if key(new) not in present and must_follow(target, new)
+                    if key(doc) != key(target)
+                    and key(new) not in present
+                    and must_follow(target, new)
                 )
                 rules[rule_id] = {**doc, "SecurityGroupRuleId": rule_id, "Tags": target["Tags"]}
         else:

@@ -207,7 +207,8 @@ class _Interleaver:
                 if self.removes[j].peer.kind != self.adds[i].peer.kind or i in self.first[j]:
                     continue
                 swapped = add(sub(base, self.remove_weights[j]), self.add_weights[i])
-                if not self.fits(swapped) or not self.first[j] <= added:
+                grows = swapped[0] > base[0] or swapped[1] > base[1]
+                if (grows and not self.fits(swapped)) or not self.first[j] <= added:
                     continue
                 if self.safe(added | {i}, removed | {j}):
                     yield ("modify", (j, i)), added | {i}, removed | {j}

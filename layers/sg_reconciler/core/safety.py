@@ -191,7 +191,8 @@ def check_plan(
             elif step.rule.key != target.key and step.rule.key in present:
                 bad("call shape", f"{step.rule.key} already exists: EC2 rejects the duplicate")
             else:
-                for needed in _first_needed(bounds, target.key, present - {target.key}):
+                moved = step.rule.key != target.key  # a description-only change keeps traffic
+                for needed in _first_needed(bounds, target.key, present) if moved else ():
                     bad("9 flow", f"rewrites {target} before {needed} exists")
                 rules[step.rule_id] = replace(step.rule, rule_id=step.rule_id, tags=target.tags)
 
