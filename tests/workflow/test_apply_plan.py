@@ -10,28 +10,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
-import pytest
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.planning_service import execution_name
 from sg_reconciler.policy import parse_policy
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
-from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
-from sg_reconciler_tools.demo.world import DemoWorld, build_world
-from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor, LocalRuntime
+from sg_reconciler_tools.demo.play import reconcile
+from sg_reconciler_tools.demo.world import DemoWorld
+from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor
 
 MACHINE = "ApplyPlanStateMachine"
 TIMEOUT = 60.0
-
-
-@pytest.fixture
-def world() -> Iterator[DemoWorld]:
-    quiet_handlers()
-    with LocalRuntime(TEMPLATE) as runtime:
-        built = build_world(runtime)
-        reconcile(built)
-        yield built
 
 
 def live_plan(world: DemoWorld) -> LivePlan:

@@ -5,30 +5,18 @@ the plan: the backend group (the NLB's second group) must keep reaching the node
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sg_reconciler.core.plan import Plan, Revoke
 from sg_reconciler.core.rules import Peer, ingress_rules
 from sg_reconciler.core.traffic import Traffic
 from sg_reconciler.policy import parse_policy
 from sg_reconciler.reconcile import compute_live_plan
-from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
-from sg_reconciler_tools.demo.world import DemoWorld, build_world
-from sg_reconciler_tools.local import LocalRuntime
+from sg_reconciler_tools.demo.play import reconcile
+from sg_reconciler_tools.demo.world import DemoWorld
 from workflow.test_apply_plan import TIMEOUT, grow, live_plan, ranges, start, states
 
 TCP = 6
-
-
-@pytest.fixture
-def world() -> Iterator[DemoWorld]:
-    quiet_handlers()
-    with LocalRuntime(TEMPLATE) as runtime:
-        built = build_world(runtime)
-        reconcile(built)
-        yield built
 
 
 def admits(world: DemoWorld, group_id: str, port: int) -> bool:
