@@ -38,7 +38,7 @@ def live_planner(
     releases = BrakeReleases(client("dynamodb", attempts), config.lock_table)
 
     def replan(scope: Scope) -> LivePlan:
-        return compute_live_plan(
+        live = compute_live_plan(
             client("ec2", attempts),
             client("elbv2", attempts),
             policy,
@@ -47,5 +47,8 @@ def live_planner(
             quotas=client("service-quotas", attempts),
             released=releases.released if config.lock_table else None,
         )
+        if live.brake is not None and not live.released and config.lock_table:
+            releases.record_held(live.brake.fingerprint, live.brake.reason)
+        return live
 
     return replan, policy.settle_seconds

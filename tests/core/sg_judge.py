@@ -102,16 +102,20 @@ def _family(doc: Mapping[str, Any]) -> str:
     return {"cidr4": "ipv4", "cidr6": "ipv6"}.get(kind, value)
 
 
-def _span(doc: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """(first protocol, last protocol, first port, last port) the rule admits."""
+def _span(doc: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
+    """The (first, last) protocol, port or ICMP type, and ICMP code the rule admits."""
     proto = protocol(doc)
+    anything = (0, 255), (0, 65535), (0, 255)
     if proto is None:
-        return 0, 255, 0, 65535
+        return anything
     if proto in (6, 17):
-        return proto, proto, int(doc["FromPort"]), int(doc["ToPort"])
-    if proto in (1, 58) and int(doc["FromPort"]) != -1:
-        return proto, proto, int(doc["FromPort"]), int(doc["FromPort"])
-    return proto, proto, 0, 65535
+        return (proto, proto), (int(doc["FromPort"]), int(doc["ToPort"])), (0, 255)
+    if proto in (1, 58):
+        icmp_type, code = int(doc["FromPort"]), int(doc["ToPort"])
+        types = (0, 255) if icmp_type == -1 else (icmp_type, icmp_type)
+        codes = (0, 255) if icmp_type == -1 or code == -1 else (code, code)
+        return (proto, proto), types, codes
+    return (proto, proto), *anything[1:]
 
 
 def must_follow(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -119,8 +123,7 @@ def must_follow(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     family (one source can sit in both) and they overlap on protocol and ports."""
     if old["GroupId"] != new["GroupId"] or _family(old) == _family(new):
         return False
-    a, b = _span(old), _span(new)
-    return a[0] <= b[1] and b[0] <= a[1] and a[2] <= b[3] and b[2] <= a[3]
+    return all(a[0] <= b[1] and b[0] <= a[1] for a, b in zip(_span(old), _span(new), strict=True))
 
 
 def probes(group: str, docs: Iterable[Mapping[str, Any]]) -> list[Probe]:

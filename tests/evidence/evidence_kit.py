@@ -299,7 +299,7 @@ def expire_locks(runtime: LocalRuntime) -> list[str]:
     """Let every lock's lease run out (time passing for a dead holder); returns the groups."""
     table = runtime.ref("LockTable")
     dynamodb = runtime.clients.dynamodb
-    groups = [i["group_id"]["S"] for i in dynamodb.scan(TableName=table).get("Items", [])]
+    groups = held_locks(runtime)
     for group in groups:
         dynamodb.update_item(
             TableName=table,
@@ -311,8 +311,9 @@ def expire_locks(runtime: LocalRuntime) -> list[str]:
 
 
 def held_locks(runtime: LocalRuntime) -> list[str]:
+    """The groups locked now (the table also keeps the brake's records, which are no locks)."""
     items = runtime.clients.dynamodb.scan(TableName=runtime.ref("LockTable")).get("Items", [])
-    return sorted(i["group_id"]["S"] for i in items)
+    return sorted(i["group_id"]["S"] for i in items if i["group_id"]["S"].startswith("sg-"))
 
 
 def monitor_for(

@@ -28,6 +28,12 @@ quota: those scenarios set the policy quota to 1, so the planner grows the rule 
 StartExecution is the planner's call: those scenarios run the planner Lambda with the
 scheduled event instead of starting the execution directly.
 
+World moves (`test_world_moves_under_the_plan`): the same change while the world, not a
+call, goes wrong: an outside writer revokes or narrows our new rule right before the first
+revoke (the live guard stops it), the desired state grows or wants an old rule again during
+the settle (the re-plan), and the load balancer loses its selector tag (the brake). Each row
+also checks a real flow: the backend group still reaches every node group.
+
 Outcomes: SUCCEEDED, or the error of the failed execution: RolledBack (authorize phase
 undone, the old rules intact), RevokeIncomplete (stopped in a safe superset, leftovers
 reported), RollbackIncomplete (the rollback could not run: a safe superset), or the step error for "could not lock" / "could not refresh" (AccessDenied,
@@ -65,9 +71,12 @@ from evidence.evidence_kit import (
     wait_for,
 )
 from sg_reconciler.core.plan import Modify, Plan
+from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import LocalRuntime
+from sg_reconciler_tools.local.moto_hooks import Patch
+from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id
 
 S = "SUCCEEDED"
 # call -> (service, operation, expected outcome per kind in KINDS order)
@@ -257,3 +266,153 @@ def test_fault_matrix(stage: Stage, scenario: Scenario, monkeypatch: pytest.Monk
     if outcome == "RolledBack":
         # The authorize phase was undone: exactly the old rules, with their ids.
         assert rules_after_fault == before
+
+
+@dataclass(frozen=True)
+class WorldMove:
+    """The world changing around one step of a running change, and how the run must end."""
+
+    call: str  # the step the world moves around
+    kind: str  # what moves
+    expected: str  # outcome, as in the fault rows
+    end_state: str  # the last state the console shows ("" for no execution)
+
+    def __str__(self) -> str:
+        return self.kind.replace(" ", "-")
+
+
+STOPPED = "Stopped with stale rules left"
+MOVES = [
+    WorldMove("RevokeSecurityGroupIngress", "outside revoke", "RevokeIncomplete", STOPPED),
+    WorldMove("RevokeSecurityGroupIngress", "outside narrow", "RevokeIncomplete", STOPPED),
+    WorldMove("Wait (settle)", "desired grows", S, "Revokes left to the next run"),
+    WorldMove("Wait (settle)", "wanted again", S, "Revokes left to the next run"),
+    WorldMove("Planner (brake)", "selection emptied", "planner ok; no execution", ""),
+]
+
+
+def _move(stage: Stage, move: WorldMove, fired: list[str]) -> Patch | None:
+    """Arm the move; it records itself in `fired` when it happens."""
+    world, port = stage.world, stage.port
+    clients = world.runtime.clients
+    victim = sorted(world.node_groups.values())[0]
+
+    def act(what: str, change: Any) -> Any:
+        return lambda: (fired.append(what), change())
+
+    if move.kind == "outside revoke":
+        return before_revoke(
+            world,
+            victim,
+            act(
+                "revoked",
+                lambda: clients.ec2.revoke_security_group_ingress(
+                    GroupId=victim, SecurityGroupRuleIds=[new_rule_id(world, victim, port)]
+                ),
+            ),
+        )
+    if move.kind == "outside narrow":
+        narrowed = {"IpProtocol": "tcp", "FromPort": 31000, "ToPort": 31200}
+        narrowed["ReferencedGroupId"] = world.backend_group  # type: ignore[assignment]
+        return before_revoke(
+            world,
+            victim,
+            act(
+                "narrowed",
+                lambda: clients.ec2.modify_security_group_rules(
+                    GroupId=victim,
+                    SecurityGroupRules=[
+                        {
+                            "SecurityGroupRuleId": new_rule_id(world, victim, port),
+                            "SecurityGroupRule": narrowed,  # type: ignore[typeddict-item]
+                        }
+                    ],
+                ),
+            ),
+        )
+    if move.kind == "desired grows":
+        return at_the_settle(world, act("service added", lambda: world.add_service(port + 5)))
+    if move.kind == "wanted again":
+        elbv2: Any = clients.elbv2
+        tg = world.target_groups[port]
+        targets = [{"Id": i, "Port": port} for i in world.instances]
+        return at_the_settle(
+            world,
+            act(
+                "targets gone",
+                lambda: elbv2.deregister_targets(TargetGroupArn=tg, Targets=targets),
+            ),
+        )
+    for key in parse_policy(stage.base_policy).load_balancers.tags:
+        clients.elbv2.remove_tags(ResourceArns=[world.load_balancer_arn], TagKeys=[key])
+    fired.append("selector tag stripped")
+    return None
+
+
+def _undo_move(stage: Stage, move: WorldMove) -> None:
+    """Put the world back as the next scenario expects it (one Service, tags on)."""
+    world = stage.world
+    if move.kind == "desired grows":
+        drop_service(world, stage.port + 5)
+    if move.kind == "selection emptied":
+        tags = parse_policy(stage.base_policy).load_balancers.tags
+        world.runtime.clients.elbv2.add_tags(
+            ResourceArns=[world.load_balancer_arn],
+            Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
+        )
+
+
+@pytest.mark.parametrize("move", MOVES, ids=str)
+def test_world_moves_under_the_plan(stage: Stage, move: WorldMove) -> None:
+    world, runtime = stage.world, stage.world.runtime
+    started = time.monotonic()
+    # Given a converged world and a new Service whose NodePort is above every other one
+    set_policy(world, stage.base_policy)
+    assert converge(world), "the world must start converged"
+    previous = stage.port
+    stage.port += 10
+    if previous in world.target_groups:
+        drop_service(world, previous)
+    world.add_service(stage.port)
+    live = live_plan(world)
+    assert isinstance(live.result, Plan) and live.result.steps
+    # When the world moves during the change
+    fired: list[str] = []
+    with monitor_for(world, live.desired) as watch:
+        armed = _move(stage, move, fired)
+        if move.kind == "selection emptied":
+            run = planner_run(world)
+            ends = ", ".join(sorted({outcome_of(d) for d in run.executions})) or "no execution"
+            outcome, end_state = f"planner {run.answer}; {ends}", ""
+        else:
+            described = wait_for(runtime, start_plan(world, live, f"w-{move}-{stage.port}"))
+            outcome = outcome_of(described)
+            end_state = last_state(runtime, described["executionArn"])
+        if armed is not None:
+            armed.undo()
+    # Then every node group still admits the backend on a port both plans need
+    flows = all(admits(world, g, 31500) for g in world.node_groups.values())
+    # And once the world is put back, the next scheduled runs converge
+    _undo_move(stage, move)
+    expire_locks(runtime)
+    converged = converge(world)
+    MATRIX_ROWS.append(
+        {
+            "call": move.call,
+            "kind": move.kind,
+            "expected": move.expected,
+            "outcome": outcome,
+            "end state": end_state,
+            "fired": len(fired),
+            "snapshots": len(watch.snapshots),
+            "violations": len(watch.violations),
+            "locks left": len(held_locks(runtime)),
+            "converged": converged,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+    )
+    assert fired, f"{move}: the world never moved"
+    watch.assert_clean()
+    assert flows, f"{move}: the backend lost a node group"
+    assert (outcome, end_state) == (move.expected, move.end_state), f"{move}: {end_state}"
+    assert converged, f"{move}: still {live_plan(world).to_dict()}"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import boto3
 import pytest
 from moto import mock_aws
-from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
+from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases, check_owner_claim
 from sg_reconciler.errors import BadConfiguration
 from sg_reconciler.policy import PolicyError, parse_policy
+from sg_reconciler_tools.cli import main
 
 CLAIM = "/sg-reconciler/owners/prod"
 
@@ -57,8 +58,33 @@ def test_a_brake_release_names_one_fingerprint_and_expires() -> None:
     )
     now = [1_000_000.0]
     releases = BrakeReleases(dynamodb, "locks", clock=lambda: now[0])
-    assert not releases.released("abc")
-    releases.release("abc", "alice")
+    # A set the brake does not hold cannot be released, and nothing is written
+    with pytest.raises(BrakeNotHeld, match="held now: none"):
+        releases.release("abc", "alice")
+    assert dynamodb.scan(TableName="locks")["Items"] == []
+    # Once held (and seen in the list), it can; the release names that one set only
+    releases.record_held("abc", "the policy selects no load balancer")
+    assert [h.fingerprint for h in releases.held()] == ["abc"]
+    assert releases.release("abc", "alice").reason == "the policy selects no load balancer"
     assert releases.released("abc") and not releases.released("other")
+    # And both records expire after a day
     now[0] += 2 * 86_400
-    assert not releases.released("abc")
+    assert not releases.released("abc") and releases.held() == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--fingerprint", "abc"], "'abc' is not a fingerprint"),
+        (["--fingerprint", "0123456789abcdef", "--by", "alice"], "AWS refused"),
+        ([], "AWS refused"),
+    ],
+)
+@mock_aws
+def test_release_brake_bad_input_is_one_line_and_exit_2(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given no lock table by that name (a typo in --lock-table), or a malformed fingerprint
+    code = main(["release-brake", "--lock-table", "no-such-table", "--region", "eu-west-1", *argv])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1 and expected in error

@@ -153,6 +153,16 @@ INTERNALS = [
     ("moto.ec2.models.security_groups", "SecurityGroupRule", "description"),
     ("moto.ec2.models.security_groups", "SecurityGroupRule", "__init__"),
     ("moto.ec2.responses.security_groups", "SecurityGroups", "authorize_security_group_ingress"),
+    (
+        "moto.ec2.models.security_groups",
+        "SecurityGroupBackend",
+        "authorize_security_group_ingress",
+    ),
+    (
+        "moto.ec2.models.security_groups",
+        "SecurityGroupBackend",
+        "_verify_group_will_respect_rule_count_limit",
+    ),
     ("moto.ec2.responses.security_groups", "SecurityGroups", "_process_rules_from_querystring"),
     ("moto.ec2.models", None, "ec2_backends"),
     ("moto.core.utils", None, "camelcase_to_underscores"),
@@ -476,6 +486,59 @@ def test_cidr_host_bits_are_masked_as_ec2_does(mocked: Mocked) -> None:
         "SecurityGroupRule.__init__ hook did not clear the host bits"
     )
     assert raised.value.response["Error"]["Code"] == "InvalidPermission.Duplicate"
+
+
+def ports(first: int, count: int, peer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, **peer}
+        for p in range(first, first + count)
+    ]
+
+
+def test_moto_alone_counts_ipv4_and_ipv6_rules_together(mocked: Mocked) -> None:
+    node = mocked.group("node")
+    mocked.ec2.authorize_security_group_ingress(
+        GroupId=node, IpPermissions=ports(1, 40, {"IpRanges": [{"CidrIp": "10.0.0.0/8"}]})
+    )
+    with pytest.raises(ClientError, match="RulesPerSecurityGroupLimitExceeded"):
+        mocked.ec2.authorize_security_group_ingress(
+            GroupId=node,
+            IpPermissions=ports(100, 30, {"Ipv6Ranges": [{"CidrIpv6": "2001:db8::/32"}]}),
+        )
+
+
+def test_the_rule_quota_is_counted_per_family_with_prefix_lists_by_max_entries(
+    mocked: Mocked,
+) -> None:
+    node = mocked.group("node")
+    prefix_list = mocked.ec2.create_managed_prefix_list(
+        PrefixListName="offices", AddressFamily="IPv4", MaxEntries=20
+    )["PrefixList"]["PrefixListId"]
+    with moto_hooks.patch_rule_quota_as_aws():
+        # 40 IPv4 and 30 IPv6 rules fit: each family has its own 60
+        mocked.ec2.authorize_security_group_ingress(
+            GroupId=node, IpPermissions=ports(1, 40, {"IpRanges": [{"CidrIp": "10.0.0.0/8"}]})
+        )
+        mocked.ec2.authorize_security_group_ingress(
+            GroupId=node,
+            IpPermissions=ports(100, 30, {"Ipv6Ranges": [{"CidrIpv6": "2001:db8::/32"}]}),
+        )
+        # a prefix list of MaxEntries 20 is 20 IPv4 units: 40 + 20 = 60 fits, one more does not
+        mocked.ec2.authorize_security_group_ingress(
+            GroupId=node,
+            IpPermissions=ports(200, 1, {"PrefixListIds": [{"PrefixListId": prefix_list}]}),
+        )
+        with pytest.raises(ClientError, match="RulesPerSecurityGroupLimitExceeded"):
+            mocked.ec2.authorize_security_group_ingress(
+                GroupId=node, IpPermissions=ports(300, 1, {"IpRanges": [{"CidrIp": "10.0.0.0/8"}]})
+            )
+        # and a group reference counts in both families
+        with pytest.raises(ClientError, match="RulesPerSecurityGroupLimitExceeded"):
+            mocked.ec2.authorize_security_group_ingress(
+                GroupId=node,
+                IpPermissions=ports(400, 1, {"UserIdGroupPairs": [{"GroupId": node}]}),
+            )
+    assert len(describe(mocked, node)) == 71, "a refused authorize must leave no rule behind"
 
 
 def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> None:

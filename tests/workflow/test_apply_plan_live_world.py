@@ -7,62 +7,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sg_reconciler.core.plan import Plan, Revoke
-from sg_reconciler.core.rules import Peer, ingress_rules
-from sg_reconciler.core.traffic import Traffic
+import pytest
+from botocore.exceptions import ClientError
+from sg_reconciler.core.plan import Modify, Plan
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import compute_live_plan
+from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import reconcile
 from sg_reconciler_tools.demo.world import DemoWorld
-from workflow.test_apply_plan import TIMEOUT, grow, live_plan, ranges, start, states
-
-TCP = 6
-
-
-def admits(world: DemoWorld, group_id: str, port: int) -> bool:
-    """Flow check: the backend group (carried by the NLB) reaches `port` on the group now."""
-    docs = world.runtime.clients.ec2.describe_security_group_rules(
-        Filters=[{"Name": "group-id", "Values": [group_id]}]
-    )["SecurityGroupRules"]
-    traffic = Traffic.of(ingress_rules(docs, "live"))
-    return traffic.allows(group_id, Peer("group", world.backend_group), TCP, port)
-
-
-def before_revoke(world: DemoWorld, act: Any) -> None:
-    """Run `act` once, right before the first revoke step (after the visibility check)."""
-    done: list[bool] = []
-
-    def listener(function: str, event: Any) -> None:
-        steps = event.get("item", {}).get("steps", []) if isinstance(event, dict) else []
-        if (
-            function == "ApplyStepsFunction"
-            and not done
-            and any(s.get("action") == "revoke" for s in steps)
-        ):
-            done.append(True)
-            act()
-
-    world.runtime.before_invoke(listener)
-
-
-def once(world: DemoWorld, act: Any) -> None:
-    """Run `act` once, when the first Wait state starts (the settle)."""
-    done: list[bool] = []
-
-    def listener(_seconds: float) -> None:
-        if not done:
-            done.append(True)
-            act()
-
-    world.runtime.waits.subscribe(listener)
-
-
-def new_rule_id(world: DemoWorld, group_id: str) -> str:
-    return next(
-        r.rule_id or ""
-        for r in world.node_rules()
-        if r.group_id == group_id and (r.key.from_port, r.key.to_port) == (31000, 32500)
-    )
+from sg_reconciler_tools.local.runtime import REGION
+from workflow.test_apply_plan import (
+    TIMEOUT,
+    grow,
+    live_plan,
+    monitor,
+    ranges,
+    start,
+    states,
+)
+from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id
 
 
 def test_an_outside_writer_revoking_our_new_rule_after_the_verify_stops_the_revoke(
@@ -75,8 +37,9 @@ def test_an_outside_writer_revoking_our_new_rule_after_the_verify_stops_the_revo
     ec2 = world.runtime.clients.ec2
     before_revoke(
         world,
+        victim,
         lambda: ec2.revoke_security_group_ingress(
-            GroupId=victim, SecurityGroupRuleIds=[new_rule_id(world, victim)]
+            GroupId=victim, SecurityGroupRuleIds=[new_rule_id(world, victim, 32500)]
         ),
     )
     # When the execution runs
@@ -104,7 +67,7 @@ def test_an_outside_writer_narrowing_our_new_rule_after_the_verify_stops_the_rev
             GroupId=victim,
             SecurityGroupRules=[
                 {
-                    "SecurityGroupRuleId": new_rule_id(world, victim),
+                    "SecurityGroupRuleId": new_rule_id(world, victim, 32500),
                     "SecurityGroupRule": {
                         "IpProtocol": "tcp",
                         "FromPort": 31000,
@@ -115,7 +78,7 @@ def test_an_outside_writer_narrowing_our_new_rule_after_the_verify_stops_the_rev
             ],
         )
 
-    before_revoke(world, narrow)
+    before_revoke(world, victim, narrow)
     described = world.runtime.wait_for(start(world, live), TIMEOUT)
     assert described["status"] == "FAILED" and described["error"] == "RevokeIncomplete"
     assert (victim, 31000, 32000) in ranges(world)
@@ -127,7 +90,7 @@ def test_the_desired_state_changing_during_the_settle_leaves_the_revokes_to_the_
 ) -> None:
     # Given the #3639 change, and another Service created while the new rules settle
     live = grow(world)
-    once(world, lambda: world.add_service(33000))
+    at_the_settle(world, lambda: world.add_service(33000))
     # When the execution runs
     described = world.runtime.wait_for(start(world, live), TIMEOUT)
     # Then nothing is revoked (the new plan wants a rule that does not exist yet) and the
@@ -150,7 +113,7 @@ def test_a_rule_wanted_again_during_the_settle_is_not_revoked(world: DemoWorld) 
     live = grow(world)
     elbv2: Any = world.runtime.clients.elbv2
     tg = world.target_groups[32500]
-    once(
+    at_the_settle(
         world,
         lambda: elbv2.deregister_targets(
             TargetGroupArn=tg, Targets=[{"Id": i, "Port": 32500} for i in world.instances]
@@ -163,28 +126,99 @@ def test_a_rule_wanted_again_during_the_settle_is_not_revoked(world: DemoWorld) 
         assert (group, 31000, 32000) in ranges(world)
 
 
-def test_an_empty_desired_state_is_held_by_the_brake(world: DemoWorld) -> None:
+def test_an_empty_desired_state_is_held_by_the_brake_until_an_operator_releases_it(
+    world: DemoWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Given a converged world whose load balancer loses the selector tag (the LBC strips
     # tags it does not know): the policy now selects nothing
     clients = world.runtime.clients
-    policy = parse_policy(world.policy)
-    for key in policy.load_balancers.tags:
+    owned_before = sorted(ranges(world))
+    for key in parse_policy(world.policy).load_balancers.tags:
         clients.elbv2.remove_tags(ResourceArns=[world.load_balancer_arn], TagKeys=[key])
-    # When it is planned
-    live = compute_live_plan(clients.ec2, clients.elbv2, policy, None, partial=True)
-    # Then the plan revokes nothing and says why (before: it revoked every owned rule)
+    # When the scheduled run plans it (the planner Lambda, then any execution)
+    described = reconcile(world)
+    # Then nothing is revoked (before: every owned rule was) and the backend still reaches
+    # every node group
+    assert described is None or described["status"] == "SUCCEEDED"
+    assert sorted(ranges(world)) == owned_before
+    assert all(admits(world, g, 31500) for g in world.node_groups.values())
+    # And the brake recorded what it holds, for the operator to see
+    table = ["release-brake", "--lock-table", world.runtime.physical_name("LockTable")]
+    table += ["--region", REGION]
+    assert main(table) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith("held ") and "selects no load balancer" in listed
+    fingerprint = listed.split()[1]
+    # When an operator releases a set the brake does not hold: one line, exit 2, nothing written
+    assert main([*table, "--fingerprint", "0" * 16, "--by", "alice"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "holds no revocations with fingerprint" in error
+    assert fingerprint in error
+    assert not any("brake-release#" in k for k in lock_keys(world))
+    # When they release the held set (who: the caller's identity), the next run revokes it
+    assert main([*table, "--fingerprint", fingerprint]) == 0
+    assert f"released {fingerprint} for one day, by arn:aws:" in capsys.readouterr().out
+    reconcile(world)
+    assert not [r for r in world.node_rules() if r.owned_by(parse_policy(world.policy).owner)]
+
+
+def lock_keys(world: DemoWorld) -> list[str]:
+    table = world.runtime.physical_name("LockTable")
+    items = world.runtime.clients.dynamodb.scan(TableName=table)["Items"]
+    return [item["group_id"]["S"] for item in items]
+
+
+def fill(world: DemoWorld, group_id: str, permissions: list[dict[str, Any]]) -> None:
+    """Rules someone else owns (no owner tag), one port each from 1000 up."""
+    for port, permission in enumerate(permissions, start=1000):
+        world.runtime.clients.ec2.authorize_security_group_ingress(
+            GroupId=group_id,
+            IpPermissions=[{"IpProtocol": "tcp", "FromPort": port, "ToPort": port, **permission}],
+        )
+
+
+def test_ipv4_and_ipv6_rules_are_counted_apart_so_make_before_break_still_fits(
+    world: DemoWorld,
+) -> None:
+    # Given a node group holding 58 IPv4 and 58 IPv6 rules of others next to our backend rule
+    # (a group reference counts in both families: 59 and 59 of 60 each, 117 rules in all)
+    group = sorted(world.node_groups.values())[0]
+    fill(world, group, [{"IpRanges": [{"CidrIp": f"10.9.{i}.0/24"}]} for i in range(58)])
+    fill(world, group, [{"Ipv6Ranges": [{"CidrIpv6": f"2001:db8:{i:x}::/48"}]} for i in range(58)])
+    # When the #3639 change is planned and run (AWS's count: the new rule makes 60 and 60)
+    live = grow(world)
     assert isinstance(live.result, Plan)
-    assert not any(isinstance(s, Revoke) for s in live.result.steps)
-    assert "selects no load balancer" in live.result.held
-    assert live.brake is not None and live.brake.fingerprint in live.result.notes[-1]
-    # And an operator's release of exactly that set lets it go
-    released = compute_live_plan(
-        clients.ec2,
-        clients.elbv2,
-        policy,
-        None,
-        partial=True,
-        released=lambda fingerprint: fingerprint == live.brake.fingerprint,  # type: ignore[union-attr]
-    )
-    assert isinstance(released.result, Plan) and released.released
-    assert any(isinstance(s, Revoke) for s in released.result.steps)
+    assert not any(isinstance(s, Modify) for s in live.result.steps), live.result.to_dict()
+    described = world.runtime.wait_for(start(world, live), TIMEOUT)
+    # Then it is applied authorize-first (before: every rule counted once, 117 of 60, so the
+    # group was over its quota and the change was refused)
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    assert (group, 31000, 32500) in ranges(world) and admits(world, group, 32500)
+
+
+def test_a_prefix_list_rule_weighs_its_max_entries_so_a_full_group_is_changed_in_place(
+    world: DemoWorld,
+) -> None:
+    # Given a node group whose IPv4 quota is full: a prefix list of MaxEntries 50, 9 CIDR
+    # rules of others and our backend rule (11 rules, 60 IPv4 units)
+    ec2 = world.runtime.clients.ec2
+    group = sorted(world.node_groups.values())[0]
+    offices = ec2.create_managed_prefix_list(
+        PrefixListName="offices", AddressFamily="IPv4", MaxEntries=50
+    )["PrefixList"]["PrefixListId"]
+    fill(world, group, [{"PrefixListIds": [{"PrefixListId": offices}]}])
+    fill(world, group, [{"IpRanges": [{"CidrIp": f"10.8.{i}.0/24"}]} for i in range(9)])
+    with pytest.raises(ClientError, match="RulesPerSecurityGroupLimitExceeded"):
+        fill(world, group, [{"IpRanges": [{"CidrIp": "10.7.0.0/24"}]}])  # AWS: the group is full
+    # When the #3639 change is planned and run
+    live = grow(world)
+    assert isinstance(live.result, Plan)
+    in_place = [s for s in live.result.steps if isinstance(s, Modify)]
+    # Then the full group's rule is widened in place, with no extra slot (before: 11 of 60,
+    # so authorize-first, which AWS refuses: rolled back on every run, never converged)
+    assert [s.rule.group_id for s in in_place] == [group]
+    with monitor(world, live) as watch:
+        described = world.runtime.wait_for(start(world, live), TIMEOUT)
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    watch.assert_clean()
+    assert (group, 31000, 32500) in ranges(world) and admits(world, group, 32500)

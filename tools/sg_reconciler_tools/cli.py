@@ -1,21 +1,26 @@
-"""`sg-reconciler`: plan security-group changes make-before-break, and the demo.
+"""`sg-reconciler`: plan security-group changes make-before-break, release the brake, the demo.
 
 Exit codes of `plan`: 0 a plan (possibly empty), 2 bad input, 3 no safe plan exists (refused).
+Exit codes of `release-brake`: 0 released (or listed), 2 bad input or nothing held to release.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
-from sg_reconciler.adapters.clients import make_clients
+from sg_reconciler.adapters.clients import Clients, make_clients
+from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
 from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, RuleError
+from sg_reconciler.errors import ReconcilerError
 from sg_reconciler.policy import PolicyError, load_policy_file
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
 
@@ -41,6 +46,23 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def _fingerprint(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{16}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a fingerprint (the 16 hex digits in the plan's brake note)"
+        )
+    return text
+
+
+def _aws_options(parser: argparse.ArgumentParser, title: str, description: str) -> None:
+    group = parser.add_argument_group(title, description)
+    group.add_argument("--region", help="AWS region (default: the profile's or environment's)")
+    group.add_argument("--profile", help="AWS named profile")
+    group.add_argument(
+        "--endpoint-url", metavar="URL", help="e.g. a moto server, http://127.0.0.1:5000"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,22 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="D.json",
         help="every desired managed ingress rule of the groups in scope, same shape (offline mode)",
     )
-    live = plan.add_argument_group(
-        "live mode", "read the account (or a local moto server) instead of files; never writes"
+    _aws_options(
+        plan,
+        "live mode",
+        "read the account (or a local moto server) instead of files; never writes",
     )
-    live.add_argument(
+    plan.add_argument(
         "--live", action="store_true", help="derive current and desired rules from the account"
     )
-    live.add_argument(
+    plan.add_argument(
         "--policy",
         type=Path,
         metavar="FILE",
         help="policy file, YAML or JSON (owner and quota come from it, not from the options)",
-    )
-    live.add_argument("--region", help="AWS region (default: the profile's or environment's)")
-    live.add_argument("--profile", help="AWS named profile")
-    live.add_argument(
-        "--endpoint-url", metavar="URL", help="e.g. a moto server, http://127.0.0.1:5000"
     )
     plan.add_argument(
         "--max-rules-per-group",
@@ -105,6 +124,31 @@ def build_parser() -> argparse.ArgumentParser:
         default="table",
         help="table for people (default), json for tools",
     )
+    release = commands.add_parser(
+        "release-brake",
+        help="let one set of revocations held by the brake go, once, for one day",
+        description=(
+            "The brake holds a plan that would take away an outsized share of the owned rules. "
+            "Without --fingerprint, list what it holds; with it, release exactly that set for "
+            "one day: the next run revokes it. A set the brake does not hold is refused, and "
+            "nothing is written. Exit 0 on success, 2 on bad input or nothing to release."
+        ),
+    )
+    release.add_argument(
+        "--lock-table",
+        required=True,
+        metavar="NAME",
+        help="the stack's LockTableName output, where the brake records what it holds",
+    )
+    release.add_argument(
+        "--fingerprint",
+        type=_fingerprint,
+        help="the set to release, from the plan's note or the planner's log",
+    )
+    release.add_argument(
+        "--by", help="who releases, for the record (default: the caller's AWS identity)"
+    )
+    _aws_options(release, "AWS access", "the account (or a local moto server) of the stack")
     demo = commands.add_parser(
         "demo",
         help="play LBC issue #3639 end to end on the embedded AWS emulator (no account needed)",
@@ -135,7 +179,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
 def _read_live(args: argparse.Namespace) -> LivePlan:
     policy = load_policy_file(args.policy)
     try:
-        clients = make_clients(args.region, args.profile, args.endpoint_url)
+        clients = _clients(args)
         return compute_live_plan(clients.ec2, clients.elbv2, policy)
     except ClientError as err:
         error = err.response.get("Error", {})
@@ -174,6 +218,46 @@ def run_live(args: argparse.Namespace) -> int:
     return 0 if isinstance(live.result, Plan) else EXIT_REFUSED
 
 
+def _clients(args: argparse.Namespace) -> Clients:
+    return make_clients(args.region, args.profile, args.endpoint_url)
+
+
+def run_release_brake(args: argparse.Namespace) -> int:
+    """List the held sets, or release one; every AWS failure is one line, exit 2."""
+    try:
+        clients = _clients(args)
+        brake = BrakeReleases(clients.dynamodb, args.lock_table)
+        if args.fingerprint is None:
+            held = brake.held()
+            for h in held:
+                print(f"held {h.fingerprint} since {_when(h.held_at)}: {h.reason}")
+            if not held:
+                print("the brake holds nothing")
+            return 0
+        by = args.by or clients.sts.get_caller_identity()["Arn"]
+        released = brake.release(args.fingerprint, by)
+    except BrakeNotHeld as err:
+        raise InputError(str(err)) from None
+    except ReconcilerError as err:
+        raise InputError(f"AWS refused the brake's records: {err}") from None
+    except ClientError as err:
+        error = err.response.get("Error", {})
+        raise InputError(
+            f"AWS refused a call: {error.get('Code')}: {error.get('Message')}"
+        ) from None
+    except BotoCoreError as err:
+        raise InputError(" ".join(str(err).split())) from None
+    print(
+        f"released {released.fingerprint} for one day, by {by} (held since "
+        f"{_when(released.held_at)}: {released.reason}); the next run revokes them"
+    )
+    return 0
+
+
+def _when(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def run_plan(args: argparse.Namespace) -> int:
     if args.live:
         return run_live(args)
@@ -197,7 +281,8 @@ def run_plan(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return run_demo_command(args) if args.command == "demo" else run_plan(args)
+        commands = {"demo": run_demo_command, "release-brake": run_release_brake}
+        return commands.get(args.command, run_plan)(args)
     except InputError as err:
         print(f"sg-reconciler: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

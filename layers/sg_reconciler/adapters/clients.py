@@ -7,12 +7,13 @@ timeouts are short and the retries few so that an unreachable endpoint fails in 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_elbv2 import ElasticLoadBalancingv2Client
     from mypy_boto3_ssm import SSMClient
@@ -25,6 +26,8 @@ class Clients:
     ec2: EC2Client
     elbv2: ElasticLoadBalancingv2Client
     ssm: SSMClient
+    dynamodb: DynamoDBClient  # the brake's records (release-brake)
+    sts: Any  # who releases a brake (no type stubs installed for STS)
 
 
 def make_clients(
@@ -44,4 +47,6 @@ def make_clients(
         ec2=session.client("ec2", endpoint_url=endpoint_url, config=config),
         elbv2=session.client("elbv2", endpoint_url=endpoint_url, config=config),
         ssm=session.client("ssm", endpoint_url=endpoint_url, config=config),
+        dynamodb=session.client("dynamodb", endpoint_url=endpoint_url, config=config),
+        sts=session.client("sts", endpoint_url=endpoint_url, config=config),
     )

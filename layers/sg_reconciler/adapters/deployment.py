@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -18,8 +19,20 @@ from botocore.exceptions import ClientError
 from sg_reconciler.adapters.security_groups import typed_aws_errors
 from sg_reconciler.errors import BadConfiguration
 
+HELD_PREFIX = "brake-held#"
 RELEASE_PREFIX = "brake-release#"
-RELEASE_SECONDS = 86_400
+RECORD_SECONDS = 86_400
+
+
+class BrakeNotHeld(Exception):
+    """A release names revocations the brake does not hold: nothing is written."""
+
+
+@dataclass(frozen=True)
+class HeldRevokes:
+    fingerprint: str
+    reason: str
+    held_at: int
 
 
 def check_owner_claim(ssm: Any, parameter: str, stack_id: str, owner: str) -> None:
@@ -41,31 +54,79 @@ def check_owner_claim(ssm: Any, parameter: str, stack_id: str, owner: str) -> No
 
 
 class BrakeReleases:
-    """An operator's one-off release of a held set of revocations, by its fingerprint."""
+    """Which sets of revocations the brake holds, and an operator's one-off release of one."""
 
     def __init__(self, dynamodb: Any, table: str, clock: Callable[[], float] = time.time) -> None:
         self.dynamodb, self.table, self.clock = dynamodb, table, clock
 
     def released(self, fingerprint: str) -> bool:
+        return self._live_item(RELEASE_PREFIX + fingerprint) is not None
+
+    def record_held(self, fingerprint: str, reason: str) -> None:
+        """Note that the brake holds this set, so that an operator can see and release it."""
+        self._put(
+            HELD_PREFIX + fingerprint, {"holder": {"S": "the brake"}, "reason": {"S": reason}}
+        )
+
+    def held(self) -> list[HeldRevokes]:
+        """Every set held within the last day, newest first (a scan: the table is small)."""
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "FilterExpression": "begins_with(group_id, :held) AND lease_expires_at > :now",
+            "ExpressionAttributeValues": {
+                ":held": {"S": HELD_PREFIX},
+                ":now": {"N": str(int(self.clock()))},
+            },
+            "ConsistentRead": True,
+        }
+        with typed_aws_errors():
+            while True:
+                page = self.dynamodb.scan(**kwargs)
+                items += page.get("Items", [])
+                if "LastEvaluatedKey" not in page:
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return sorted((_held(item) for item in items), key=lambda h: (-h.held_at, h.fingerprint))
+
+    def release(self, fingerprint: str, by: str) -> HeldRevokes:
+        """Release one held set for a day; BrakeNotHeld (nothing written) when it is not held."""
+        item = self._live_item(HELD_PREFIX + fingerprint)
+        if item is None:
+            held = ", ".join(h.fingerprint for h in self.held()) or "none"
+            raise BrakeNotHeld(
+                f"the brake holds no revocations with fingerprint {fingerprint!r} "
+                f"(held now: {held}); nothing released"
+            )
+        self._put(RELEASE_PREFIX + fingerprint, {"holder": {"S": f"released by {by}"}})
+        return _held(item)
+
+    def _live_item(self, key: str) -> dict[str, Any] | None:
         with typed_aws_errors():
             item = self.dynamodb.get_item(
-                TableName=self.table,
-                Key={"group_id": {"S": RELEASE_PREFIX + fingerprint}},
-                ConsistentRead=True,
+                TableName=self.table, Key={"group_id": {"S": key}}, ConsistentRead=True
             ).get("Item")
-        if not item:
-            return False
-        return int(item.get("lease_expires_at", {}).get("N", "0")) > self.clock()
+        if not item or int(item.get("lease_expires_at", {}).get("N", "0")) <= self.clock():
+            return None
+        return dict(item)
 
-    def release(self, fingerprint: str, by: str) -> None:
+    def _put(self, key: str, attributes: dict[str, Any]) -> None:
         now = int(self.clock())
         with typed_aws_errors():
             self.dynamodb.put_item(
                 TableName=self.table,
                 Item={
-                    "group_id": {"S": RELEASE_PREFIX + fingerprint},
-                    "holder": {"S": f"released by {by}"},
-                    "released_at": {"N": str(now)},
-                    "lease_expires_at": {"N": str(now + RELEASE_SECONDS)},
+                    "group_id": {"S": key},
+                    "recorded_at": {"N": str(now)},
+                    "lease_expires_at": {"N": str(now + RECORD_SECONDS)},
+                    **attributes,
                 },
             )
+
+
+def _held(item: dict[str, Any]) -> HeldRevokes:
+    return HeldRevokes(
+        fingerprint=item["group_id"]["S"].removeprefix(HELD_PREFIX),
+        reason=item.get("reason", {}).get("S", ""),
+        held_at=int(item.get("recorded_at", {}).get("N", "0")),
+    )

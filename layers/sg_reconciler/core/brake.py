@@ -105,7 +105,7 @@ def hold_revokes(plan: Plan, verdict: BrakeVerdict, current: Sequence[Rule]) -> 
         if isinstance(s, Modify) and not _moves(s, current)
     ]
     note = (
-        f"revokes held by the brake ({verdict.reason}); to release exactly these, put the item "
-        f"brake-release#{verdict.fingerprint} in the lock table (README, Troubleshooting)"
+        f"revokes held by the brake ({verdict.reason}); to release exactly these: "
+        f"sg-reconciler release-brake --lock-table <LockTableName> --fingerprint {verdict.fingerprint}"
     )
     return replace(plan, steps=tuple(kept), notes=(*plan.notes, note), held=verdict.reason)

@@ -96,6 +96,16 @@ def _require(owner: object, name: str, moto_path: str) -> Any:
         ) from None
 
 
+def _together(what: str, patches: list[Patch]) -> Patch:
+    """One patch undoing several, last first."""
+
+    def undo() -> None:
+        for patch in reversed(patches):
+            patch.undo()
+
+    return Patch(what, undo)
+
+
 def _replace(owner: Any, name: str, value: object, moto_path: str) -> Patch:
     """Set `owner.name`, remembering whether it was inherited so undo restores exactly."""
     _require(owner, name, moto_path)
@@ -341,6 +351,71 @@ def patch_cidr_host_bits_masked() -> Patch:
     )
 
 
+AWS_RULE_QUOTA: Final = 60  # inbound rules per group, per family (Service Quotas L-0EA8095F)
+
+
+def rule_units(backend: Any, rules: Iterable[Any]) -> tuple[int, int]:
+    """IPv4 and IPv6 rule units of ingress rules, counted as AWS counts them: a group
+    reference counts in both families, a prefix-list reference as its MaxEntries in its
+    family (1 when moto keeps no MaxEntries, as for AWS-managed lists)."""
+    v4 = v6 = 0
+    for rule in rules:
+        if rule.prefix_list_id:
+            found = backend.managed_prefix_lists.get(rule.prefix_list_id)
+            weight = int(found.max_entries) if found and found.max_entries else 1
+            if found is not None and found.address_family == "IPv6":
+                v6 += weight
+            else:
+                v4 += weight
+        elif rule.source_group:
+            v4, v6 = v4 + 1, v6 + 1
+        elif rule.ip_range.get("CidrIpv6"):
+            v6 += 1
+        else:
+            v4 += 1
+    return v4, v6
+
+
+def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
+    """Refuse an ingress authorize past the quota as AWS counts it (see `rule_units`).
+
+    Wraps `moto.ec2.models.security_groups.SecurityGroupBackend.authorize_security_group_ingress`
+    (one IpPermission); in 5.2.5 its `_verify_group_will_respect_rule_count_limit` counts
+    IPv4 and IPv6 rules together and prefix lists not at all. The wrapper runs moto's call
+    with that check off, then takes the permission's rules back out and raises
+    `RulesPerSecurityGroupLimitExceeded` when either family is over `limit`."""
+    from moto.ec2.exceptions import RulesPerSecurityGroupLimitExceededError
+    from moto.ec2.models.security_groups import SecurityGroupBackend
+
+    owner = "moto.ec2.models.security_groups.SecurityGroupBackend"
+    original = _require(SecurityGroupBackend, "authorize_security_group_ingress", owner)
+    check = _require(SecurityGroupBackend, "_verify_group_will_respect_rule_count_limit", owner)
+
+    def egress_only(self: Any, *args: Any, egress: bool = False, **kwargs: Any) -> None:
+        if egress:
+            check(self, *args, egress=egress, **kwargs)
+
+    def authorize_security_group_ingress(self: Any, *args: Any, **kwargs: Any) -> Any:
+        added, group = original(self, *args, **kwargs)
+        if max(rule_units(self, group.ingress_rules)) > limit:
+            group.ingress_rules = [r for r in group.ingress_rules if r not in added]
+            raise RulesPerSecurityGroupLimitExceededError
+        return added, group
+
+    patches = [
+        _replace(
+            SecurityGroupBackend, "_verify_group_will_respect_rule_count_limit", egress_only, owner
+        ),
+        _replace(
+            SecurityGroupBackend,
+            "authorize_security_group_ingress",
+            authorize_security_group_ingress,
+            owner,
+        ),
+    ]
+    return _together(f"{owner} rule quota", patches)
+
+
 def patch_ec2_fidelity() -> list[Patch]:
     """All EC2 fidelity patches, in the order they are applied."""
     return [
@@ -348,6 +423,7 @@ def patch_ec2_fidelity() -> list[Patch]:
         patch_group_rule_description(),
         patch_authorize_returns_all_rules(),
         patch_cidr_host_bits_masked(),
+        patch_rule_quota_as_aws(),
     ]
 
 
@@ -507,11 +583,7 @@ def on_ec2_write(listener: WriteListener) -> Patch:
         for operation in EC2_WRITE_OPERATIONS
     ]
 
-    def undo() -> None:
-        for patch in reversed(patches):
-            patch.undo()
-
-    return Patch("EC2 write listener", undo)
+    return _together("EC2 write listener", patches)
 
 
 # Reading moto state directly (test tooling only) ------------------------------------------

@@ -1,0 +1,65 @@
+"""The world moving under a running plan, for the real-ASL tests and the fault matrix: an
+outside writer right before the first revoke, a change during the settle, and the flow
+check that judges both (a concrete source and port, not only the plan)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sg_reconciler.core.rules import Peer, ingress_rules
+from sg_reconciler.core.traffic import Traffic
+from sg_reconciler_tools.demo.world import DemoWorld
+from sg_reconciler_tools.local.moto_hooks import Patch
+
+TCP = 6
+
+
+def admits(world: DemoWorld, group_id: str, port: int) -> bool:
+    """Flow check: the backend group (carried by the NLB) reaches `port` on the group now."""
+    docs = world.runtime.clients.ec2.describe_security_group_rules(
+        Filters=[{"Name": "group-id", "Values": [group_id]}]
+    )["SecurityGroupRules"]
+    traffic = Traffic.of(ingress_rules(docs, "live"))
+    return traffic.allows(group_id, Peer("group", world.backend_group), TCP, port)
+
+
+def before_revoke(world: DemoWorld, group_id: str, act: Callable[[], object]) -> Patch:
+    """Run `act` once, right before the revoke step of `group_id` starts (after the visibility
+    check). Aimed at that group's step: the guard reads the group when its step starts, and
+    a write in the milliseconds between that read and the call is beyond any check (EC2 has
+    no conditional revoke)."""
+    done: list[bool] = []
+
+    def listener(function: str, event: Any) -> None:
+        steps = event.get("item", {}).get("steps", []) if isinstance(event, dict) else []
+        if (
+            function == "ApplyStepsFunction"
+            and not done
+            and any(s.get("action") == "revoke" and s.get("group_id") == group_id for s in steps)
+        ):
+            done.append(True)
+            act()
+
+    return world.runtime.before_invoke(listener)
+
+
+def at_the_settle(world: DemoWorld, act: Callable[[], object]) -> Patch:
+    """Run `act` once, when the first Wait state starts (the settle)."""
+    done: list[bool] = []
+
+    def listener(_seconds: float) -> None:
+        if not done:
+            done.append(True)
+            act()
+
+    return world.runtime.waits.subscribe(listener)
+
+
+def new_rule_id(world: DemoWorld, group_id: str, to_port: int) -> str:
+    """The id of the backend rule 31000-`to_port` in the group (the one a change adds)."""
+    return next(
+        r.rule_id or ""
+        for r in world.node_rules()
+        if r.group_id == group_id and (r.key.from_port, r.key.to_port) == (31000, to_port)
+    )
