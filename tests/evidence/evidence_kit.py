@@ -261,12 +261,6 @@ def policy_doc(world: DemoWorld, **overrides: Any) -> str:
     return json.dumps({**json.loads(world.policy), **overrides})
 
 
-def set_policy(world: DemoWorld, text: str) -> None:
-    world.runtime.clients.ssm.put_parameter(
-        Name=world.runtime.ref("PolicyParameter"), Value=text, Type="String", Overwrite=True
-    )
-
-
 def current_policy(world: DemoWorld) -> str:
     ssm = world.runtime.clients.ssm
     return str(ssm.get_parameter(Name=world.runtime.ref("PolicyParameter"))["Parameter"]["Value"])

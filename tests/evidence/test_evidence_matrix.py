@@ -66,7 +66,6 @@ from evidence.evidence_kit import (
     outcome_of,
     planner_run,
     policy_doc,
-    set_policy,
     start_plan,
     wait_for,
 )
@@ -76,7 +75,7 @@ from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import LocalRuntime
 from sg_reconciler_tools.local.moto_hooks import Patch
-from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id
+from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id, set_policy
 
 S = "SUCCEEDED"
 # call -> (service, operation, expected outcome per kind in KINDS order)

@@ -34,7 +34,6 @@ from evidence.evidence_kit import (
     plan_steps,
     planner_run,
     policy_doc,
-    set_policy,
 )
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -49,6 +48,7 @@ from sg_reconciler.core.rules import OWNER_TAG_KEY
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import LocalRuntime
+from workflow.world_moves import set_policy
 
 Fault = tuple[str, str, Kind] | None
 FAULTS: list[Fault] = [

@@ -14,7 +14,7 @@ from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import reconcile
 from sg_reconciler_tools.demo.world import DemoWorld
-from sg_reconciler_tools.local.runtime import REGION
+from sg_reconciler_tools.local.runtime import REGION, FunctionFailed
 from workflow.test_apply_plan import (
     TIMEOUT,
     grow,
@@ -24,7 +24,7 @@ from workflow.test_apply_plan import (
     start,
     states,
 )
-from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id
+from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id, set_policy
 
 
 def test_an_outside_writer_revoking_our_new_rule_after_the_verify_stops_the_revoke(
@@ -222,3 +222,32 @@ def test_a_prefix_list_rule_weighs_its_max_entries_so_a_full_group_is_changed_in
     assert described["status"] == "SUCCEEDED", described.get("cause")
     watch.assert_clean()
     assert (group, 31000, 32500) in ranges(world) and admits(world, group, 32500)
+
+
+def test_two_stacks_in_one_account_cannot_share_an_owner(world: DemoWorld) -> None:
+    # Given this stack's claim on its owner name
+    ssm = world.runtime.clients.ssm
+    claim = world.runtime.ref("OwnerClaim")
+    assert claim == "/sg-reconciler/owners/sg-reconciler"
+    # When a second stack with the same owner is deployed, its claim cannot be created
+    with pytest.raises(ClientError, match="ParameterAlreadyExists"):
+        ssm.put_parameter(Name=claim, Value="arn:aws:cloudformation:stack/b", Type="String")
+    # And when the claim is taken over by hand, this stack refuses to run: no execution,
+    # no write (before: both stacks revoked each other's rules on every scheduled run)
+    ssm.put_parameter(Name=claim, Value="arn:aws:cloudformation:stack/b", Overwrite=True)
+    before = sorted(ranges(world))
+    world.add_service(32500)
+    with pytest.raises(FunctionFailed, match="claimed by arn:aws:cloudformation:stack/b"):
+        reconcile(world)
+    assert sorted(ranges(world)) == before
+
+
+def test_a_policy_naming_another_owner_is_refused_before_any_call(world: DemoWorld) -> None:
+    # Given a policy that names another deployment's owner
+    set_policy(world, json.dumps({**json.loads(world.policy), "owner": "staging"}))
+    before = sorted(ranges(world))
+    world.add_service(32500)
+    # When the schedule runs, the planner refuses in one line and nothing is written
+    with pytest.raises(FunctionFailed, match="owner 'staging' is not this deployment's owner"):
+        reconcile(world)
+    assert sorted(ranges(world)) == before

@@ -63,3 +63,10 @@ def new_rule_id(world: DemoWorld, group_id: str, to_port: int) -> str:
         for r in world.node_rules()
         if r.group_id == group_id and (r.key.from_port, r.key.to_port) == (31000, to_port)
     )
+
+
+def set_policy(world: DemoWorld, text: str) -> None:
+    """An operator's edit of the policy parameter."""
+    world.runtime.clients.ssm.put_parameter(
+        Name=world.runtime.ref("PolicyParameter"), Value=text, Type="String", Overwrite=True
+    )
