@@ -16,7 +16,7 @@ from sg_reconciler.planning_service import plan_batch
 from sg_reconciler.reconcile import LivePlan
 from sg_reconciler.settings import PlannerSettings, load_settings
 from sg_reconciler.trigger.scope import Ignored, Parsed, parse_record
-from sg_reconciler.wiring import live_planner
+from sg_reconciler.wiring import live_planner, plan_store
 
 # The trigger module logs each ignored event with the standard library; give it our format.
 copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.scope"})
@@ -69,7 +69,8 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
             client("stepfunctions", attempts=5), settings.state_machine_arn, name, payload
         )
 
-    result = plan_batch(records, replan, start, time.time())
+    store = plan_store(settings)
+    result = plan_batch(records, replan, start, time.time(), store.put_groups)
     metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=result.received)
     metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=result.ignored)
     metrics.add_metric(name="RulesToAdd", unit=MetricUnit.Count, value=result.rules_to_add)

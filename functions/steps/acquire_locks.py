@@ -6,11 +6,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler import workflow
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.settings import StepSettings, load_settings
-from sg_reconciler.wiring import group_locks
+from sg_reconciler.wiring import group_locks, plan_store
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
-    return workflow.acquire_locks(event, group_locks(config), config.lease_seconds)
+    return workflow.acquire_locks(
+        event, plan_store(config), group_locks(config), config.lease_seconds
+    )

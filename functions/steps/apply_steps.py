@@ -6,11 +6,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler import workflow
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.settings import StepSettings, load_settings
-from sg_reconciler.wiring import group_locks, group_rules
+from sg_reconciler.wiring import group_locks, group_rules, plan_store
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
-    return workflow.apply_steps(event, group_rules(), group_locks(config), config.lease_seconds)
+    return workflow.apply_steps(
+        event, plan_store(config), group_rules(), group_locks(config), config.lease_seconds
+    )

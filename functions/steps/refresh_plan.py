@@ -10,7 +10,7 @@ from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.reconcile import LivePlan
 from sg_reconciler.settings import StepSettings, load_settings
-from sg_reconciler.wiring import live_planner
+from sg_reconciler.wiring import live_planner, plan_store
 
 
 @logger.inject_lambda_context
@@ -25,6 +25,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         with typed_aws_errors():
             return plan_live(scope)
 
+    store = plan_store(config)
     if isinstance(event, dict) and event.get("mode") == "revokes":
-        return workflow.replan_revokes(event, replan)
-    return workflow.refresh_plan(event, replan, settle_seconds, config.owner)
+        return workflow.replan_revokes(event, store, replan)
+    return workflow.refresh_plan(event, store, replan, settle_seconds, config.owner)

@@ -6,10 +6,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler import workflow
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.settings import StepSettings, load_settings
-from sg_reconciler.wiring import group_locks
+from sg_reconciler.wiring import group_locks, plan_store
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return workflow.release_locks(event, group_locks(load_settings(StepSettings)))
+    config = load_settings(StepSettings)
+    return workflow.release_locks(event, plan_store(config), group_locks(config))

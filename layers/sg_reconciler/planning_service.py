@@ -53,8 +53,12 @@ def plan_batch(
     replan: Callable[[Scope], LivePlan],
     start: Callable[[str, dict[str, Any]], bool],
     now: float,
+    save_groups: Callable[[str, Sequence[str]], int],
 ) -> BatchResult:
-    """Merge the relevant records' scopes, plan once, start at most one execution."""
+    """Merge the relevant records' scopes, plan once, start at most one execution.
+
+    The plan's groups go to the plan store first (keyed by the plan's hash) and the execution
+    gets a reference and counts, so its input does not grow with the plan (invariant 13)."""
     result = BatchResult(received=len(records))
     relevant = [(mid, p) for mid, p in records if isinstance(p, Relevant)]
     result.relevant = len(relevant)
@@ -81,9 +85,16 @@ def plan_batch(
             result.outcome = "unchanged"
             return result
         name = execution_name(plan, now)
+        key = plan.plan_id()
         payload = {
             "plan_id": name,
-            "plan": plan.to_dict(),
+            "plan_ref": {
+                "groups_key": key,
+                "groups": save_groups(key, plan.groups),
+                "calls": len(plan.steps),
+                "rules_to_add": result.rules_to_add,
+                "rules_to_remove": result.rules_to_remove,
+            },
             "trigger": {"event_ids": sorted({p.event_id for _, p in relevant})[:50]},
         }
         result.execution_name = name

@@ -26,6 +26,7 @@ class _Deployment(_FromEnvironment):
     owner_claim_parameter: str = Field("", alias="OWNER_CLAIM_PARAMETER_NAME")
     stack_id: str = Field("", alias="STACK_ID")
     lock_table: str = Field("", alias="LOCK_TABLE_NAME")
+    plan_table: str = Field("", alias="PLAN_TABLE_NAME")
 
 
 class StepSettings(_Deployment):

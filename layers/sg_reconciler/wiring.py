@@ -7,6 +7,7 @@ from collections.abc import Callable
 from sg_reconciler.adapters.aws_clients import client
 from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
 from sg_reconciler.adapters.locks import GroupLocks
+from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import load_policy_from_ssm
@@ -20,6 +21,11 @@ def group_rules() -> SecurityGroupRules:
 
 def group_locks(config: StepSettings) -> GroupLocks:
     return GroupLocks(client("dynamodb"), config.lock_table)
+
+
+def plan_store(config: StepSettings | PlannerSettings, attempts: int = 3) -> PlanStore:
+    """The plan store; its reads and writes are cheap to retry, so the client retries them."""
+    return PlanStore(client("dynamodb", attempts), config.plan_table)
 
 
 def live_planner(

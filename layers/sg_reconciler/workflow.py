@@ -15,9 +15,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sg_reconciler.adapters.locks import GroupLocks
+from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.core.guard import call_would_lose, what_is_left
-from sg_reconciler.core.phases import Phases, applied_problems, leftover_rule_ids, split_phases
+from sg_reconciler.core.phases import (
+    PHASE_NAMES,
+    Phases,
+    applied_problems,
+    batch_refs,
+    leftover_rule_ids,
+    phase_batches,
+    split_phases,
+)
 from sg_reconciler.core.plan import (
     Authorize,
     Modify,
@@ -37,6 +46,7 @@ from sg_reconciler.errors import (
     LockLost,
     NotYetVisible,
     PlanRefused,
+    ReconcilerError,
     RevokeFailed,
     WouldLoseTraffic,
 )
@@ -49,18 +59,37 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class PlanRef(_Input):
+    """A plan the planner stored: its groups are in the plan store under `groups_key`."""
+
+    groups_key: str = Field(pattern=r"^[A-Za-z0-9_-]{1,80}$")
+    groups: int = Field(ge=1)
+
+
 class CheckInput(_Input):
-    plan: dict[str, Any]
+    """The execution input: a stored plan's reference (the planner), or a plan inline (by hand)."""
+
+    plan: dict[str, Any] | None = None
+    plan_ref: PlanRef | None = None
+
+
+class CheckRequest(_Input):
+    input: CheckInput
     execution: str = Field(min_length=1)
 
 
-class LockInput(_Input):
-    groups: list[str] = Field(min_length=1)
+class GroupsInput(_Input):
+    """The execution's groups, by reference: the state carries their count only."""
+
+    groups_key: str = Field(min_length=1)
+    groups: int = Field(ge=1)
+
+
+class LockInput(GroupsInput):
     holder: str = Field(min_length=1)
 
 
-class RefreshInput(_Input):
-    groups: list[str] = Field(min_length=1)
+class RefreshInput(GroupsInput):
     plan_id: str
 
 
@@ -71,28 +100,21 @@ class ApplyItem(_Input):
 
 
 class ApplyInput(_Input):
-    item: ApplyItem
+    phase: str = Field(pattern="^(authorize|ordered|revoke)$")
+    batch: int = Field(ge=0)
     plan_id: str
     holder: str
     owner: str = Field(min_length=1)
 
 
-class ReplanInput(_Input):
-    groups: list[str] = Field(min_length=1)
-    plan_id: str
-    phases: dict[str, Any]
-
-
 class VerifyInput(_Input):
     mode: str = Field(pattern="^(visible|final|leftovers)$")
-    phases: dict[str, Any]
-    groups: list[str]
+    plan_id: str
     results: list[dict[str, Any]] = Field(default_factory=list)
     error: dict[str, Any] | None = None
 
 
-class RollbackInput(_Input):
-    groups: list[str]
+class RollbackInput(GroupsInput):
     plan_id: str
     owner: str = Field(min_length=1)
     holder: str = Field(min_length=1)
@@ -125,65 +147,99 @@ def parse(model: type[_Input], event: object) -> Any:
         raise InvalidPlan(f"{where}: {first['msg']}") from None
 
 
-def check_plan(event: object) -> dict[str, Any]:
+def check_plan(event: object, store: PlanStore) -> dict[str, Any]:
     """'Check the plan input': a valid plan, before any lock or write.
 
     The plan id that tags new rules (and finds them for a rollback) is the execution's name,
     unique for 90 days, never a value from the input: a re-run of an old input must not
-    claim the rules an earlier execution created.
+    claim the rules an earlier execution created. A plan given inline (an execution started
+    by hand) has its groups stored under that name; from here on the state carries counts.
     """
-    checked = parse(CheckInput, event)
+    request = parse(CheckRequest, event)
+    if not _PLAN_ID.match(request.execution):
+        raise InvalidPlan(
+            f"execution name {request.execution!r} must be 1-80 letters, digits, '-' or '_'"
+        )
+    given = request.input
+    if given.plan_ref is not None:
+        ref = given.plan_ref
+        store.groups(ref.groups_key, ref.groups)  # it must be there, whole
+        return {"plan_id": request.execution, "groups_key": ref.groups_key, "groups": ref.groups}
+    if given.plan is None:
+        raise InvalidPlan("input: give plan_ref (from the planner) or plan (inline)")
     try:
-        plan = plan_from_dict(checked.plan)
+        plan = plan_from_dict(given.plan)
     except RuleError as err:
         raise InvalidPlan(str(err)) from None
-    if not _PLAN_ID.match(checked.execution):
-        raise InvalidPlan(
-            f"execution name {checked.execution!r} must be 1-80 letters, digits, '-' or '_'"
-        )
     if not plan.steps:
         raise InvalidPlan("the plan has no steps")
-    return {"plan_id": checked.execution, "groups": plan.groups}
+    count = store.put_groups(request.execution, plan.groups)
+    return {"plan_id": request.execution, "groups_key": request.execution, "groups": count}
 
 
-def acquire_locks(event: object, locks: GroupLocks, lease_seconds: int) -> dict[str, Any]:
+def _groups(request: GroupsInput, store: PlanStore) -> list[str]:
+    return store.groups(request.groups_key, request.groups)
+
+
+def acquire_locks(
+    event: object, store: PlanStore, locks: GroupLocks, lease_seconds: int
+) -> dict[str, Any]:
     request = parse(LockInput, event)
-    return {"held": locks.acquire(request.groups, request.holder, lease_seconds)}
+    return {"held": len(locks.acquire(_groups(request, store), request.holder, lease_seconds))}
 
 
-def release_locks(event: object, locks: GroupLocks) -> dict[str, Any]:
+def release_locks(event: object, store: PlanStore, locks: GroupLocks) -> dict[str, Any]:
     request = parse(LockInput, event)
-    return {"released": locks.release(request.groups, request.holder)}
+    return {"released": len(locks.release(_groups(request, store), request.holder))}
 
 
 def refresh_plan(
-    event: object, replan: Callable[[Scope], LivePlan], settle_seconds: int, owner: str
+    event: object,
+    store: PlanStore,
+    replan: Callable[[Scope], LivePlan],
+    settle_seconds: int,
+    owner: str,
 ) -> dict[str, Any]:
-    """'Refresh the plan under the locks': the plan as the account is now, for the locked groups."""
+    """'Refresh the plan under the locks': the plan as the account is now, for the locked
+    groups, stored in batches; the state gets the batch numbers."""
     request = parse(RefreshInput, event)
-    live = replan(Scope(group_ids=frozenset(request.groups)))
-    result = _locked_plan(live, request.groups)
+    groups = _groups(request, store)
+    live = replan(Scope(group_ids=frozenset(groups)))
+    result = _locked_plan(live, groups)
+    doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
+    batches = phase_batches(doc)
+    for phase in PHASE_NAMES:
+        store.put_phase(request.plan_id, phase, batches[phase])
     return {
         "changed": bool(result.steps),
-        "phases": split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds),
+        "batches": batch_refs(batches),
         "settle_seconds": settle_seconds,
         "owner": owner,
         "summary": summarize(result),
     }
 
 
-def replan_revokes(event: object, replan: Callable[[Scope], LivePlan]) -> dict[str, Any]:
+def stored_phases(store: PlanStore, plan_id: str) -> tuple[Phases, dict[str, Any]]:
+    """The phases the refresh stored, parsed, and their raw items (with desired rules)."""
+    doc = {phase: store.phase(plan_id, phase) for phase in PHASE_NAMES}
+    try:
+        return Phases.from_dict(doc), doc
+    except RuleError as err:
+        raise InvalidPlan(str(err)) from None
+
+
+def replan_revokes(
+    event: object, store: PlanStore, replan: Callable[[Scope], LivePlan]
+) -> dict[str, Any]:
     """'Re-plan the revokes after the settle' (invariant 11): the desired state read again,
     under the locks, after the wait. Only rules stale in both plans are revoked, each guarded
     by the new desired rules; when the new plan wants rules that do not exist yet (or the
     brake holds it), nothing is revoked and the next run takes over."""
-    request = parse(ReplanInput, event)
-    try:
-        before = Phases.from_dict(request.phases)
-    except RuleError as err:
-        raise InvalidPlan(str(err)) from None
-    live = replan(Scope(group_ids=frozenset(request.groups)))
-    now = _locked_plan(live, request.groups)
+    request = parse(RefreshInput, event)
+    groups = _groups(request, store)
+    before, _ = stored_phases(store, request.plan_id)
+    live = replan(Scope(group_ids=frozenset(groups)))
+    now = _locked_plan(live, groups)
     after = split_phases(now.steps)
     stale_before = {i for s in before.steps if isinstance(s, Revoke) for i in s.rule_ids}
     wanted = [s for _, steps in after.authorize for s in steps] + list(after.ordered)
@@ -207,9 +263,10 @@ def replan_revokes(event: object, replan: Callable[[Scope], LivePlan]) -> dict[s
                 kept.append(step)  # a description-only modify
         if kept:
             revoke.append((group_id, tuple(kept)))
-    phases = Phases(before.authorize, before.ordered, tuple(revoke))
-    doc = phases.to_dict(_by_group(live.desired))
-    return {"phases": doc, "deferred": deferred}
+    doc = Phases((), (), tuple(revoke)).to_dict(_by_group(live.desired))
+    batches = phase_batches(doc)["revoke"]
+    store.put_phase(request.plan_id, "revoke", batches)
+    return {"revoke": list(range(len(batches))), "deferred": deferred}
 
 
 def _locked_plan(live: LivePlan, groups: list[str]) -> Plan:
@@ -231,33 +288,65 @@ def _by_group(rules: list[Rule]) -> dict[str, list[Rule]]:
     return groups
 
 
+MAX_NOTES = 10
+
+
 def summarize(plan: Plan) -> dict[str, Any]:
-    """The execution's output: what changed, in numbers and notes."""
+    """The execution's output: what changed, in numbers and the first notes (the planner's
+    log has them all), so that its size does not grow with the plan."""
+
+    def first(lines: tuple[str, ...]) -> list[str]:
+        more = len(lines) - MAX_NOTES
+        return [*lines[:MAX_NOTES], *([f"... and {more} more"] if more > 0 else [])]
+
     return {
-        "groups": plan.groups,
+        "groups": len(plan.groups),
         "rules_authorized": sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize)),
         "rules_revoked": sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke)),
         "rules_modified": sum(1 for s in plan.steps if isinstance(s, Modify)),
         "calls": len(plan.steps),
-        "notes": list(plan.notes),
-        "refused": list(plan.refused),
+        "notes": first(plan.notes),
+        "refused": first(plan.refused),
         "held": plan.held,
     }
 
 
 def apply_steps(
-    event: object, rules: SecurityGroupRules, locks: GroupLocks, lease_seconds: int
+    event: object,
+    store: PlanStore,
+    rules: SecurityGroupRules,
+    locks: GroupLocks,
+    lease_seconds: int,
 ) -> dict[str, Any]:
-    """One group's calls, in order. Each is idempotent, so a retry re-runs the list safely."""
+    """One batch of groups, each group's calls in order. Each call is idempotent, so a retry
+    re-runs the batch safely; an error names the group it stopped at."""
     request = parse(ApplyInput, event)
-    group_id = request.item.group_id
+    items = store.batch(request.plan_id, request.phase, request.batch)
+    calls = 0
+    for raw in items:
+        item = parse(ApplyItem, raw)
+        try:
+            calls += len(_apply_group(item, request, rules, locks, lease_seconds))
+        except ReconcilerError as err:
+            raise type(err)(f"{item.group_id}: {err}") from None
+    return {"groups": len(items), "calls": calls}
+
+
+def _apply_group(
+    item: ApplyItem,
+    request: ApplyInput,
+    rules: SecurityGroupRules,
+    locks: GroupLocks,
+    lease_seconds: int,
+) -> list[dict[str, Any]]:
+    group_id = item.group_id
     try:
-        steps = [step_from_dict(s) for s in request.item.steps]
+        steps = [step_from_dict(s) for s in item.steps]
     except RuleError as err:
         raise InvalidPlan(str(err)) from None
     if any(s.group_id != group_id for s in steps):
         raise InvalidPlan(f"an item for {group_id} carries a step of another group")
-    desired = _item_desired(request.item, steps)
+    desired = _item_desired(item, steps)
     owner = request.owner
     locks.renew(group_id, request.holder, lease_seconds)
     done: list[dict[str, Any]] = []
@@ -276,7 +365,7 @@ def apply_steps(
             guard = _guard(group_id, {step.rule_id}, (step.rule,), desired)
             rules.modify(group_id, step.rule_id, step.rule, owner, guard)
             done.append({"action": "modify", "rule_ids": [step.rule_id]})
-    return {"group_id": group_id, "calls": done}
+    return done
 
 
 def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
@@ -308,27 +397,25 @@ def _guard(
     return check
 
 
-def verify(event: object, rules: SecurityGroupRules) -> dict[str, Any]:
-    """'Verify ...' and 'Report the leftover rules': compare the phases with what describe shows.
+def verify(event: object, store: PlanStore, rules: SecurityGroupRules) -> dict[str, Any]:
+    """'Verify ...' and 'Report the leftover rules': compare the stored phases with what
+    describe shows, for the groups the phases change.
 
     Each Map iteration catches its own failure (so no sibling is still writing when the next
-    state starts) and reports it in `results`; a failed group is raised here, by name.
+    state starts) and reports it in `results`; a failed batch is raised here, with its group.
     """
     request = parse(VerifyInput, event)
-    try:
-        phases = Phases.from_dict(request.phases)
-    except RuleError as err:
-        raise InvalidPlan(str(err)) from None
+    phases, doc = stored_phases(store, request.plan_id)
     failed = [r for r in request.results if r.get("failed")]
     if failed and request.mode != "leftovers":
         kind = AuthorizeFailed if request.mode == "visible" else RevokeFailed
-        raise kind(
-            "; ".join(f"{r.get('group_id')}: {failure_text(r.get('error'))}" for r in failed)
-        )
-    now = rules.describe(request.groups)
+        raise kind("; ".join(failure_text(r.get("error")) for r in failed))
+    changed = phases.authorize if request.mode == "visible" else phases.authorize + phases.revoke
+    groups = {g for g, _ in changed} | {s.group_id for s in phases.ordered}
+    now = rules.describe(sorted(groups)) if groups else []
     if request.mode == "leftovers":
         leftovers = leftover_rule_ids(phases, now)
-        lacking = _lacking(request.phases, now)
+        lacking = _lacking(doc, now)
         held = (
             "every desired rule of the changed groups is in place"
             if not lacking
@@ -365,7 +452,11 @@ def _lacking(phases_doc: dict[str, Any], now: list[Rule]) -> list[str]:
 
 
 def roll_back(
-    event: object, rules: SecurityGroupRules, locks: GroupLocks, lease_seconds: int
+    event: object,
+    store: PlanStore,
+    rules: SecurityGroupRules,
+    locks: GroupLocks,
+    lease_seconds: int,
 ) -> dict[str, Any]:
     """Compensation: revoke exactly the rules this execution created, found by their tags.
 
@@ -376,7 +467,7 @@ def roll_back(
     request = parse(RollbackInput, event)
     owner = request.owner
     held, lost = [], []
-    for group_id in sorted(set(request.groups)):
+    for group_id in _groups(request, store):
         try:
             locks.renew(group_id, request.holder, lease_seconds)
             held.append(group_id)

@@ -261,7 +261,7 @@ def test_fault_matrix(stage: Stage, scenario: Scenario, monkeypatch: pytest.Monk
     if scenario.operation == "Invoke":
         # The fault hit the first authorize item, as aimed.
         history = runtime.history(executions[0]["executionArn"])
-        assert ("Authorize the rules of one group", "TaskFailed") in history, history
+        assert ("Authorize the rules of a batch of groups", "TaskFailed") in history, history
     if outcome == "RolledBack":
         # The authorize phase was undone: exactly the old rules, with their ids.
         assert rules_after_fault == before

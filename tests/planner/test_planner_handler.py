@@ -25,13 +25,15 @@ import pytest
 from event_samples import ACCOUNT_ID, REGION, load_event
 from live.world import World, build_world
 from moto.elbv2.models import elbv2_backends
+from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step
+from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step, step_to_dict
 from sg_reconciler.core.rules import Rule
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import Policy, parse_policy
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler.trigger.scope import Relevant, parse_record
+from sg_reconciler.workflow import stored_phases
 from sg_reconciler_tools.local import LocalRuntime, moto_hooks
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"
@@ -168,6 +170,19 @@ class Planner:
         document: dict[str, Any] = json.loads(described["input"])
         return document
 
+    def stored_groups(self, arn: str) -> list[str]:
+        """The groups the planner stored for an execution (its input holds the reference)."""
+        ref = self.execution_input(arn)["plan_ref"]
+        return PlanStore(self.runtime.clients.dynamodb, self.runtime.ref("PlanTable")).groups(
+            ref["groups_key"], ref["groups"]
+        )
+
+    def executed_steps(self, arn: str) -> list[str]:
+        """The calls the execution planned under its locks (from the store), comparable."""
+        name = arn.rsplit(":", 1)[1]
+        store = PlanStore(self.runtime.clients.dynamodb, self.runtime.ref("PlanTable"))
+        return sorted(json.dumps(step_to_dict(s)) for s in stored_phases(store, name)[0].steps)
+
     def finish(self, arn: str) -> dict[str, Any]:
         described = self.runtime.wait_for(arn, timeout=EXECUTION_TIMEOUT)
         assert described["status"] == "SUCCEEDED", (described.get("error"), described.get("cause"))
@@ -212,9 +227,13 @@ def expect_one_execution(
     assert answer == {"batchItemFailures": []}
     assert len(started) == 1
     document = planner.execution_input(started[0])
-    assert document["plan"] == expected.to_dict()
+    assert document["plan_ref"]["groups_key"] == expected.plan_id()
+    assert planner.stored_groups(started[0]) == sorted(expected.groups)
     assert document["plan_id"] == started[0].rsplit(":", 1)[1]
     planner.finish(started[0])
+    assert planner.executed_steps(started[0]) == sorted(
+        json.dumps(step_to_dict(s)) for s in expected.steps
+    )
     return expected, document
 
 
@@ -546,7 +565,7 @@ def test_the_schedule_reconciles_everything(planner: Planner) -> None:
     assert isinstance(expected, Plan)
     answer, started = planner.invoke(scheduled)
     assert answer == {"batchItemFailures": []} and len(started) == 1
-    assert planner.execution_input(started[0])["plan"] == expected.to_dict()
+    assert planner.stored_groups(started[0]) == sorted(expected.groups)
     touched = {s.group_id for s in expected.steps}
     w = planner.world
     assert touched == {w.groups[g] for g in ("nodes_a", "nodes_b", "extra", "pods", "orphan")}
@@ -641,8 +660,7 @@ def test_a_group_deleted_after_planning_drops_out_under_the_lock(planner: Planne
     with executions_held() as release:
         answer, started = planner.invoke(planner.sqs(on_orphan, registered))
         assert answer == {"batchItemFailures": []} and len(started) == 1
-        planned = planner.execution_input(started[0])["plan"]
-        assert orphan in {step["group_id"] for step in planned["steps"]}
+        assert orphan in planner.stored_groups(started[0])
 
         # When orphan is deleted after the plan was made, before the execution runs
         planner.ec2.delete_security_group(GroupId=orphan)
@@ -652,6 +670,7 @@ def test_a_group_deleted_after_planning_drops_out_under_the_lock(planner: Planne
     # Then the execution still ends well: the refreshed plan leaves the missing group out
     assert described["status"] == "SUCCEEDED", (described.get("error"), described.get("cause"))
     output = json.loads(described["output"])
-    assert output["status"] == "applied" and orphan not in output["summary"]["groups"]
-    assert w.groups["nodes_b"] in output["summary"]["groups"]
+    executed = {json.loads(step)["group_id"] for step in planner.executed_steps(started[0])}
+    assert output["status"] == "applied" and orphan not in executed
+    assert w.groups["nodes_b"] in executed
     planner.assert_converged(planner.scope_of(on_orphan, registered))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sg_reconciler.core.plan import Plan, Refusal
@@ -40,6 +41,7 @@ class Recorder:
         self.result, self.started = result, started
         self.scopes: list[Scope] = []
         self.starts: list[tuple[str, dict[str, Any]]] = []
+        self.saved: dict[str, list[str]] = {}
 
     def replan(self, scope: Scope) -> LivePlan:
         self.scopes.append(scope)
@@ -49,18 +51,30 @@ class Recorder:
         self.starts.append((name, payload))
         return self.started
 
+    def save_groups(self, key: str, groups: Sequence[str]) -> int:
+        self.saved[key] = sorted(groups)
+        return len(groups)
+
 
 def test_fifty_events_in_one_batch_make_one_plan_and_one_execution() -> None:
     plan = make_plan([], [DESIRED])
     assert isinstance(plan, Plan)
     recorder = Recorder(plan)
-    result = plan_batch(relevant(50), recorder.replan, recorder.start, now=0.0)
+    result = plan_batch(relevant(50), recorder.replan, recorder.start, 0.0, recorder.save_groups)
     assert result.outcome == "started" and result.relevant == 50
     assert len(recorder.scopes) == 1 and len(recorder.scopes[0].group_ids) == 50
     assert len(recorder.starts) == 1
     name, payload = recorder.starts[0]
     assert payload["plan_id"] == name == execution_name(plan, 0.0)
-    assert payload["plan"]["steps"][0]["action"] == "authorize"
+    # The input carries a reference and counts; the groups are in the store under the hash
+    assert payload["plan_ref"] == {
+        "groups_key": plan.plan_id(),
+        "groups": 1,
+        "calls": 1,
+        "rules_to_add": 1,
+        "rules_to_remove": 0,
+    }
+    assert recorder.saved == {plan.plan_id(): list(plan.groups)} and "plan" not in payload
     assert result.rules_to_add == 1 and result.failed_message_ids == []
 
 
@@ -70,7 +84,7 @@ def test_only_ignored_events_start_nothing() -> None:
         ("m1", Ignored("e1", "failed call")),
         ("m2", Ignored(None, "malformed")),
     ]
-    result = plan_batch(records, recorder.replan, recorder.start, now=0.0)
+    result = plan_batch(records, recorder.replan, recorder.start, 0.0, recorder.save_groups)
     assert (result.outcome, result.ignored, recorder.scopes, recorder.starts) == (
         "nothing to do",
         2,
@@ -81,13 +95,16 @@ def test_only_ignored_events_start_nothing() -> None:
 
 def test_an_empty_diff_starts_no_execution() -> None:
     recorder = Recorder(Plan(()))
-    assert plan_batch(relevant(3), recorder.replan, recorder.start, now=0.0).outcome == "unchanged"
+    assert (
+        plan_batch(relevant(3), recorder.replan, recorder.start, 0.0, recorder.save_groups).outcome
+        == "unchanged"
+    )
     assert recorder.starts == []
 
 
 def test_a_refusal_starts_nothing_and_is_not_retried() -> None:
     recorder = Recorder(Refusal("sg-x: no order fits the quota", "sg-x"))
-    result = plan_batch(relevant(2), recorder.replan, recorder.start, now=0.0)
+    result = plan_batch(relevant(2), recorder.replan, recorder.start, 0.0, recorder.save_groups)
     assert result.outcome == "refused" and "quota" in result.reason
     assert recorder.starts == [] and result.failed_message_ids == []
 
@@ -96,7 +113,7 @@ def test_a_duplicate_start_is_success() -> None:
     plan = make_plan([], [DESIRED])
     assert isinstance(plan, Plan)
     recorder = Recorder(plan, started=False)
-    result = plan_batch(relevant(1), recorder.replan, recorder.start, now=0.0)
+    result = plan_batch(relevant(1), recorder.replan, recorder.start, 0.0, recorder.save_groups)
     assert result.outcome == "duplicate" and result.failed_message_ids == []
 
 
@@ -105,7 +122,8 @@ def test_a_planning_failure_returns_only_the_relevant_records_to_the_queue() -> 
         raise RuntimeError("describe throttled")
 
     records = [*relevant(2), ("m9", Ignored("e9", "other account"))]
-    result = plan_batch(records, broken, Recorder(Plan(())).start, now=0.0)
+    idle = Recorder(Plan(()))
+    result = plan_batch(records, broken, idle.start, 0.0, idle.save_groups)
     assert result.outcome == "failed" and "throttled" in result.reason
     assert result.failed_message_ids == ["m0", "m1"]
 

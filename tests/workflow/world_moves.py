@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.core.rules import Peer, ingress_rules
 from sg_reconciler.core.traffic import Traffic
 from sg_reconciler_tools.demo.world import DemoWorld
@@ -25,19 +26,20 @@ def admits(world: DemoWorld, group_id: str, port: int) -> bool:
 
 
 def before_revoke(world: DemoWorld, group_id: str, act: Callable[[], object]) -> Patch:
-    """Run `act` once, right before the revoke step of `group_id` starts (after the visibility
-    check). Aimed at that group's step: the guard reads the group when its step starts, and
-    a write in the milliseconds between that read and the call is beyond any check (EC2 has
-    no conditional revoke)."""
+    """Run `act` once, right before the revoke batch holding `group_id` starts (after the
+    visibility check). Aimed at that batch: the guard reads a group right before its calls,
+    and a write in the milliseconds between that read and the call is beyond any check (EC2
+    has no conditional revoke)."""
     done: list[bool] = []
 
     def listener(function: str, event: Any) -> None:
-        steps = event.get("item", {}).get("steps", []) if isinstance(event, dict) else []
-        if (
-            function == "ApplyStepsFunction"
-            and not done
-            and any(s.get("action") == "revoke" and s.get("group_id") == group_id for s in steps)
-        ):
+        if function != "ApplyStepsFunction" or done or not isinstance(event, dict):
+            return
+        if event.get("phase") != "revoke":
+            return
+        store = PlanStore(world.runtime.clients.dynamodb, world.runtime.ref("PlanTable"))
+        items = store.batch(event["plan_id"], "revoke", event["batch"])
+        if any(item["group_id"] == group_id for item in items):
             done.append(True)
             act()
 

@@ -8,6 +8,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sg_reconciler.adapters.security_groups import typed_aws_errors
+from sg_reconciler.errors import InvalidPlan
 
 # Only a running execution makes a start a duplicate. One that ended (failed, or succeeded
 # and then the world drifted back to need the same steps within the name's 10-minute bucket)
@@ -15,6 +16,7 @@ from sg_reconciler.adapters.security_groups import typed_aws_errors
 # finds nothing to change.
 STILL_RUNNING = frozenset({"RUNNING", "PENDING_REDRIVE"})
 MAX_RESTARTS = 9
+MAX_INPUT_BYTES = 32 * 1024  # far under Step Functions' 256 KiB: the plan is in the store
 
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
@@ -30,6 +32,12 @@ def start_execution(
     `<name>-r<n>`: a failed one's fault may be gone, and after a succeeded one the world has
     drifted back (a redelivered trigger of an applied plan plans nothing and starts nothing).
     """
+    size = len(json.dumps(payload).encode())
+    if size > MAX_INPUT_BYTES:
+        raise InvalidPlan(
+            f"execution input of {size} bytes is over {MAX_INPUT_BYTES}: the plan belongs in "
+            "the plan store, the input carries its reference"
+        )
     for attempt in range(MAX_RESTARTS + 1):
         current = name if attempt == 0 else f"{name}-r{attempt}"
         with typed_aws_errors():

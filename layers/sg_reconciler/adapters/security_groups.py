@@ -129,27 +129,43 @@ class SecurityGroupRules:
     def authorize(
         self, group_id: str, rules: Sequence[Rule], owner: str, plan_id: str
     ) -> dict[RuleKey, str]:
-        """Ensure the rules exist; returns the rule id for each key (existing ones included)."""
+        """Ensure the rules exist; returns the rule id of each key AWS reported.
+
+        One call, no describe: the ids come from the response, and "Verify the new rules are
+        visible" checks them all at once. Only a duplicate (a concurrent writer, or a retry of
+        a call that had applied) costs a describe, to authorize what is still missing."""
+        added = self._authorize(group_id, rules, owner, plan_id)
+        if added is not None:
+            return added
         existing = {r.key: r.rule_id or "" for r in self.describe([group_id])}
         missing = [r for r in rules if r.key not in existing]
         if missing:
-            tags = [{"Key": OWNER_TAG_KEY, "Value": owner}, {"Key": PLAN_TAG_KEY, "Value": plan_id}]
-            try:
-                with typed_aws_errors():
-                    self.ec2.authorize_security_group_ingress(
-                        GroupId=group_id,
-                        IpPermissions=[ip_permission(r) for r in missing],
-                        TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": tags}],
-                    )
-            except AwsCallFailed as err:
-                # A concurrent writer (or a retried call that had applied) created some of them.
-                if err.code != "InvalidPermission.Duplicate":
-                    raise
-            existing = {r.key: r.rule_id or "" for r in self.describe([group_id])}
-            still_missing = [str(r.key) for r in missing if r.key not in existing]
-            if still_missing:
-                raise NotYetVisible(f"authorized rules not visible yet: {', '.join(still_missing)}")
-        return {r.key: existing[r.key] for r in rules}
+            more = self._authorize(group_id, missing, owner, plan_id)
+            if more is None:
+                raise NotYetVisible(
+                    f"{group_id}: a duplicate was reported for rules describe does not show yet"
+                )
+            existing.update(more)
+        return {r.key: existing[r.key] for r in rules if r.key in existing}
+
+    def _authorize(
+        self, group_id: str, rules: Sequence[Rule], owner: str, plan_id: str
+    ) -> dict[RuleKey, str] | None:
+        """The new rules' ids by key, or None when EC2 reports a duplicate."""
+        tags = [{"Key": OWNER_TAG_KEY, "Value": owner}, {"Key": PLAN_TAG_KEY, "Value": plan_id}]
+        try:
+            with typed_aws_errors():
+                response = self.ec2.authorize_security_group_ingress(
+                    GroupId=group_id,
+                    IpPermissions=[ip_permission(r) for r in rules],
+                    TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": tags}],
+                )
+        except AwsCallFailed as err:
+            if err.code != "InvalidPermission.Duplicate":
+                raise
+            return None
+        created = ingress_rules(response.get("SecurityGroupRules", []), "authorized")
+        return {r.key: r.rule_id or "" for r in created}
 
     def revoke(
         self, group_id: str, rule_ids: Sequence[str], owner: str, guard: Guard | None = None

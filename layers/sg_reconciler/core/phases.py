@@ -8,14 +8,16 @@
 - revoke: the trailing revokes and description changes, one item per group (its calls in
   order), all groups in parallel.
 
-The execution state carries the phases only (not the plan besides), so its size is one copy
-of the plan. Every item that revokes or modifies carries its group's desired rules, for the
-live guard (invariant 11); an ordered item that follows an authorize waits `settle_seconds`
-first, so the rule it relies on is visible before anything goes.
+The phases live in the plan store, in batches of groups (`batched`); the execution state
+carries only the batch numbers (invariant 13). Every item that revokes or modifies carries
+its group's desired rules, for the live guard (invariant 11); an ordered item that follows
+an authorize waits `settle_seconds` first, so the rule it relies on is visible before
+anything goes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +96,54 @@ class Phases:
 
         ordered = tuple(s for _, steps in items("ordered") for s in steps)
         return cls(items("authorize"), ordered, items("revoke"))
+
+
+PHASE_NAMES = ("authorize", "ordered", "revoke")
+GROUPS_PER_BATCH = 20  # transitions grow 2 per batch, not per group (docs/architecture.md)
+MAX_BATCH_BYTES = 300_000  # under DynamoDB's 400 KB item, with room for the key
+
+
+def batched(
+    items: Sequence[dict[str, Any]],
+    max_items: int = GROUPS_PER_BATCH,
+    max_bytes: int = MAX_BATCH_BYTES,
+) -> list[list[dict[str, Any]]]:
+    """Consecutive items in batches of at most `max_items` and `max_bytes` of JSON each."""
+    batches: list[list[dict[str, Any]]] = []
+    size = 0
+    for item in items:
+        weight = len(json.dumps(item, separators=(",", ":")))
+        if not batches or len(batches[-1]) >= max_items or size + weight > max_bytes:
+            batches.append([])
+            size = 0
+        batches[-1].append(item)
+        size += weight
+    return batches
+
+
+def phase_batches(
+    doc: Mapping[str, Sequence[dict[str, Any]]], groups_per_batch: int = GROUPS_PER_BATCH
+) -> dict[str, list[list[dict[str, Any]]]]:
+    """The phases of `Phases.to_dict` in batches: groups of the parallel phases together, the
+    ordered phase one call per batch (each may wait for the settle first)."""
+    return {
+        "authorize": batched(doc.get("authorize", ()), groups_per_batch),
+        "ordered": [[item] for item in doc.get("ordered", ())],
+        "revoke": batched(doc.get("revoke", ()), groups_per_batch),
+    }
+
+
+def batch_refs(batches: Mapping[str, Sequence[Sequence[dict[str, Any]]]]) -> dict[str, Any]:
+    """What the execution state carries of the phases: batch numbers, and the ordered phase's
+    settle per call (quota-bound calls are few: groups at their quota)."""
+    return {
+        "authorize": list(range(len(batches.get("authorize", ())))),
+        "ordered": [
+            {"batch": index, "settle_seconds": int(batch[0].get("settle_seconds", 0))}
+            for index, batch in enumerate(batches.get("ordered", ()))
+        ],
+        "revoke": list(range(len(batches.get("revoke", ())))),
+    }
 
 
 def _by_group(steps: Sequence[Step]) -> Items:

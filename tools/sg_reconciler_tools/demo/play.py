@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
+from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import ip_permission
-from sg_reconciler.core.plan import Authorize, Plan, Revoke, plan_from_dict
+from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.rules import Rule, describe_ports
 from sg_reconciler.observability import logger
 from sg_reconciler.policy import parse_policy
 from sg_reconciler.reconcile import compute_live_plan
+from sg_reconciler.workflow import stored_phases
 
 from sg_reconciler_tools.demo.world import DemoWorld, build_world, scheduled_event
 from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor, LocalRuntime
@@ -260,7 +262,6 @@ def act_one(say: Say) -> ActResult:
             if execution is None:
                 raise RuntimeError("the planner started no execution")
             described = runtime.wait_for(execution, EXECUTION_TIMEOUT)
-        plan = json.loads(described["input"])
         say("info", f"planner -> Step Functions execution {described['name']}")
         return ActResult(
             act=1,
@@ -273,7 +274,7 @@ def act_one(say: Say) -> ActResult:
             rules_before=sorted(rule_line(r, world.names) for r in before),
             rules_after=_rules(world),
             history=console_history(runtime, execution),
-            plan=plan_lines(_plan(plan), world.node_groups),
+            plan=plan_lines(executed_plan(runtime, described["name"]), world.node_groups),
             violation_details=[with_names(str(v), world.names) for v in monitor.violations],
             transitions=runtime.transitions(execution),
             seconds=time.monotonic() - started,
@@ -315,7 +316,7 @@ def act_two(say: Say) -> ActResult:
             rules_before=sorted(rule_line(r, world.names) for r in before),
             rules_after=_rules(world),
             history=console_history(runtime, execution),
-            plan=plan_lines(_plan(json.loads(described["input"])), world.node_groups),
+            plan=plan_lines(executed_plan(runtime, described["name"]), world.node_groups),
             violation_details=[with_names(str(v), world.names) for v in monitor.violations],
             transitions=runtime.transitions(execution),
             seconds=time.monotonic() - started,
@@ -399,8 +400,11 @@ def compute_plan_steps(world: DemoWorld) -> int:
     return len(result.steps) if isinstance(result, Plan) else -1
 
 
-def _plan(execution_input: dict[str, Any]) -> Plan:
-    return plan_from_dict(execution_input["plan"])
+def executed_plan(runtime: LocalRuntime, execution_name: str) -> Plan:
+    """The calls an execution planned under its locks, as its steps read them from the store."""
+    store = PlanStore(runtime.clients.dynamodb, runtime.ref("PlanTable"))
+    phases, _ = stored_phases(store, execution_name)
+    return Plan(steps=tuple(phases.steps))
 
 
 ACTS: dict[int, Callable[[Say], ActResult]] = {1: act_one, 2: act_two, 3: act_three}
