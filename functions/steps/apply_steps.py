@@ -13,6 +13,11 @@ from sg_reconciler.wiring import group_locks, group_rules, plan_store
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
+    rules = group_rules(config, context.get_remaining_time_in_millis() / 1000)
     return workflow.apply_steps(
-        event, plan_store(config), group_rules(), group_locks(config), config.lease_seconds
+        event,
+        plan_store(config),
+        rules,
+        group_locks(config),
+        config.lease_seconds,
     )

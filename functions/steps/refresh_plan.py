@@ -6,6 +6,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler import workflow
 from sg_reconciler.adapters.security_groups import typed_aws_errors
+from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.reconcile import LivePlan
@@ -26,6 +27,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             return plan_live(scope)
 
     store = plan_store(config)
+    pacing = pacing_for(config.writes_per_second)
     if isinstance(event, dict) and event.get("mode") == "revokes":
-        return workflow.replan_revokes(event, store, replan)
-    return workflow.refresh_plan(event, store, replan, settle_seconds, config.owner)
+        return workflow.replan_revokes(event, store, replan, pacing)
+    return workflow.refresh_plan(event, store, replan, settle_seconds, config.owner, pacing)

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sg_reconciler.core.pacing import DEFAULT_WRITES_PER_SECOND
 from sg_reconciler.core.rules import DEFAULT_OWNER
 from sg_reconciler.errors import BadConfiguration
 
@@ -34,6 +35,9 @@ class StepSettings(_Deployment):
 
     lease_seconds: int = Field(900, alias="LOCK_LEASE_SECONDS", ge=300, le=86_400)
     policy_parameter: str = Field("", alias="POLICY_PARAMETER_NAME")
+    writes_per_second: float = Field(
+        DEFAULT_WRITES_PER_SECOND, alias="WRITES_PER_SECOND", gt=0, le=1000
+    )
 
 
 class PlannerSettings(_Deployment):
@@ -48,6 +52,12 @@ class PlannerSettings(_Deployment):
     @property
     def own_roles(self) -> frozenset[str]:
         return frozenset(a.strip() for a in self.own_role_arns.split(",") if a.strip())
+
+
+class JanitorSettings(_Deployment):
+    """Settings of the function that frees a stopped execution's locks."""
+
+    state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", min_length=1)
 
 
 Settings = TypeVar("Settings", bound=_FromEnvironment)

@@ -4,22 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sg_reconciler.adapters import pacing
 from sg_reconciler.adapters.aws_clients import client
 from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
 from sg_reconciler.adapters.locks import GroupLocks
+from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import load_policy_from_ssm
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
-from sg_reconciler.settings import PlannerSettings, StepSettings
+from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
 
 
-def group_rules() -> SecurityGroupRules:
-    return SecurityGroupRules(client("ec2"))
+def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> SecurityGroupRules:
+    """The steps' EC2 reader and writer; with `config`, writes are paced at its rate and a
+    throttled write backs off in the step for `seconds_left` (less a margin to report)."""
+    if config is None:
+        return SecurityGroupRules(client("ec2"))
+    deadline = pacing.clock() + max(0.0, seconds_left - 15)
+    return SecurityGroupRules(client("ec2"), Pacer(pacing_for(config.writes_per_second), deadline))
 
 
-def group_locks(config: StepSettings) -> GroupLocks:
+def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
     return GroupLocks(client("dynamodb"), config.lock_table)
 
 

@@ -18,6 +18,7 @@ from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.core.guard import call_would_lose, what_is_left
+from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
     PHASE_NAMES,
     Phases,
@@ -102,6 +103,7 @@ class ApplyItem(_Input):
 class ApplyInput(_Input):
     phase: str = Field(pattern="^(authorize|ordered|revoke)$")
     batch: int = Field(ge=0)
+    batches: int = Field(1, ge=1)  # in the phase: how many items share the rate
     plan_id: str
     holder: str
     owner: str = Field(min_length=1)
@@ -193,21 +195,48 @@ def release_locks(event: object, store: PlanStore, locks: GroupLocks) -> dict[st
     return {"released": len(locks.release(_groups(request, store), request.holder))}
 
 
+class StatusChange(_Input):
+    """The part of a Step Functions "Execution Status Change" event this needs."""
+
+    name: str = Field(min_length=1)
+    status: str
+    stateMachineArn: str
+
+
+class StatusChangeEvent(_Input):
+    detail: StatusChange
+
+
+STOPPED = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
+
+
+def release_after_stop(event: object, locks: GroupLocks, state_machine_arn: str) -> dict[str, Any]:
+    """Release the locks an execution still holds once it ended without its last state (a
+    stop by hand, a timeout, a failure past every Catch), instead of waiting out the lease
+    (invariant 13). Idempotent: only this execution's locks, each deleted on that condition."""
+    detail = parse(StatusChangeEvent, event).detail
+    if detail.status not in STOPPED or detail.stateMachineArn != state_machine_arn:
+        return {"released": 0, "ignored": f"{detail.status} of {detail.stateMachineArn}"}
+    return {"released": len(locks.release_held_by(detail.name)), "execution": detail.name}
+
+
 def refresh_plan(
     event: object,
     store: PlanStore,
     replan: Callable[[Scope], LivePlan],
     settle_seconds: int,
     owner: str,
+    pacing: Pacing,
 ) -> dict[str, Any]:
     """'Refresh the plan under the locks': the plan as the account is now, for the locked
-    groups, stored in batches; the state gets the batch numbers."""
+    groups, stored in batches; the state gets the batch numbers, and the Map concurrency
+    that keeps the writes at the deployment's rate."""
     request = parse(RefreshInput, event)
     groups = _groups(request, store)
     live = replan(Scope(group_ids=frozenset(groups)))
     result = _locked_plan(live, groups)
     doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
-    batches = phase_batches(doc)
+    batches = phase_batches(doc, pacing.concurrency)
     for phase in PHASE_NAMES:
         store.put_phase(request.plan_id, phase, batches[phase])
     return {
@@ -215,6 +244,10 @@ def refresh_plan(
         "batches": batch_refs(batches),
         "settle_seconds": settle_seconds,
         "owner": owner,
+        "pacing": {
+            "concurrency": pacing.concurrency,
+            "writes_per_second": pacing.writes_per_second,
+        },
         "summary": summarize(result),
     }
 
@@ -229,7 +262,7 @@ def stored_phases(store: PlanStore, plan_id: str) -> tuple[Phases, dict[str, Any
 
 
 def replan_revokes(
-    event: object, store: PlanStore, replan: Callable[[Scope], LivePlan]
+    event: object, store: PlanStore, replan: Callable[[Scope], LivePlan], pacing: Pacing
 ) -> dict[str, Any]:
     """'Re-plan the revokes after the settle' (invariant 11): the desired state read again,
     under the locks, after the wait. Only rules stale in both plans are revoked, each guarded
@@ -264,7 +297,7 @@ def replan_revokes(
         if kept:
             revoke.append((group_id, tuple(kept)))
     doc = Phases((), (), tuple(revoke)).to_dict(_by_group(live.desired))
-    batches = phase_batches(doc)["revoke"]
+    batches = phase_batches(doc, pacing.concurrency)["revoke"]
     store.put_phase(request.plan_id, "revoke", batches)
     return {"revoke": list(range(len(batches))), "deferred": deferred}
 
@@ -321,6 +354,8 @@ def apply_steps(
     """One batch of groups, each group's calls in order. Each call is idempotent, so a retry
     re-runs the batch safely; an error names the group it stopped at."""
     request = parse(ApplyInput, event)
+    if rules.pacer is not None:
+        rules.pacer.fit(request.batch, request.batches)
     items = store.batch(request.plan_id, request.phase, request.batch)
     calls = 0
     for raw in items:

@@ -9,9 +9,11 @@ import boto3
 import pytest
 from moto import mock_aws
 from sg_reconciler.adapters.locks import GroupLocks
-from sg_reconciler.errors import LockBusy, LockLost
+from sg_reconciler.errors import InvalidPlan, LockBusy, LockLost
+from sg_reconciler.workflow import release_after_stop
 
 TABLE = "locks"
+MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:apply"
 
 
 class Clock:
@@ -88,3 +90,39 @@ def test_release_frees_only_the_holders_locks(dynamodb: Any) -> None:
     assert locks.release(["sg-a", "sg-b"], "exec-1") == ["sg-a"]
     assert locks.holder("sg-a") == "nobody"
     assert locks.holder("sg-b") == "exec-2"
+
+
+def test_a_stopped_execution_frees_exactly_its_own_locks_once(dynamodb: Any) -> None:
+    # Given two executions holding locks, and a brake record in the same table
+    locks = GroupLocks(dynamodb, TABLE, Clock())
+    locks.acquire(["sg-a", "sg-b"], "exec-1", 900)
+    locks.acquire(["sg-c"], "exec-2", 900)
+    dynamodb.put_item(
+        TableName=TABLE, Item={"group_id": {"S": "brake-held#x"}, "holder": {"S": "the brake"}}
+    )
+    # When exec-1 stops: its locks go, nothing else
+    stopped = {"detail": {"name": "exec-1", "status": "ABORTED", "stateMachineArn": MACHINE}}
+    assert release_after_stop(stopped, locks, MACHINE) == {"released": 2, "execution": "exec-1"}
+    assert sorted(i["group_id"]["S"] for i in dynamodb.scan(TableName=TABLE)["Items"]) == [
+        "brake-held#x",
+        "sg-c",
+    ]
+    # And a second delivery of the same event (EventBridge delivers at least once) is a no-op
+    assert release_after_stop(stopped, locks, MACHINE)["released"] == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "machine"),
+    [("SUCCEEDED", MACHINE), ("RUNNING", MACHINE), ("ABORTED", MACHINE + "-other")],
+)
+def test_other_status_changes_free_nothing(dynamodb: Any, status: str, machine: str) -> None:
+    locks = GroupLocks(dynamodb, TABLE, Clock())
+    locks.acquire(["sg-a"], "exec-1", 900)
+    event = {"detail": {"name": "exec-1", "status": status, "stateMachineArn": machine}}
+    assert release_after_stop(event, locks, MACHINE)["released"] == 0
+    assert locks.holder("sg-a") == "exec-1"
+
+
+def test_a_malformed_status_event_is_an_invalid_plan_error(dynamodb: Any) -> None:
+    with pytest.raises(InvalidPlan, match="detail"):
+        release_after_stop({"detail-type": "x"}, GroupLocks(dynamodb, TABLE, Clock()), MACHINE)

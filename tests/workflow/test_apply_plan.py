@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+from sg_reconciler.adapters.pacing import Pacer
+from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.planning_service import execution_name
 from sg_reconciler.policy import parse_policy
@@ -90,19 +93,43 @@ def test_authorize_throttled_three_times_is_retried_with_backoff_then_accepted(
 ) -> None:
     live = grow(world)
     throttled = Fault("ec2", "AuthorizeSecurityGroupIngress", "RequestLimitExceeded", count=3)
-    world.runtime.retry_sleeps.clear()
+    world.runtime.pacer_sleeps.clear()
     with FaultInjector(throttled) as faults, monitor(world, live) as watch:
         described = world.runtime.wait_for(start(world, live), TIMEOUT)
     assert described["status"] == "SUCCEEDED"
     assert len(faults.fired) == 3
-    assert (
-        len(world.runtime.retry_sleeps.snapshot()) >= 3
-    )  # Step Functions Retry, not boto3, waited
+    # The step's pacer (not boto3, which makes one attempt) backed off with full jitter,
+    # growing: each wait at most 0.5 s * 2^attempt
+    waits = world.runtime.pacer_sleeps.snapshot()
+    assert len(waits) >= 3 and all(w <= 0.5 * 2**i for i, w in enumerate(waits[:3]))
+    assert not [
+        e for e in world.runtime.events(described["executionArn"]) if e["type"] == "TaskFailed"
+    ]
+    assert watch.violations == []
+
+
+def test_authorize_throttled_past_the_steps_time_is_retried_by_the_state_machine(
+    world: DemoWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a throttle that outlasts the step (its pacer has no time left to back off)
+    live = grow(world)
+    throttled = Fault("ec2", "AuthorizeSecurityGroupIngress", "RequestLimitExceeded", count=2)
+    world.runtime.retry_sleeps.clear()
+    paced = Pacer.__init__
+
+    def out_of_time(self: Pacer, pacing: Pacing, deadline: float | None = None) -> None:
+        paced(self, pacing, float("-inf"))
+
+    monkeypatch.setattr(Pacer, "__init__", out_of_time)
+    with FaultInjector(throttled) as faults:
+        described = world.runtime.wait_for(start(world, live), TIMEOUT)
+    # Then Step Functions' Retry takes over, visibly in the console, and the change applies
+    assert described["status"] == "SUCCEEDED" and len(faults.fired) == 2
     failures = [
         e for e in world.runtime.events(described["executionArn"]) if e["type"] == "TaskFailed"
     ]
-    assert [e["taskFailedEventDetails"]["error"] for e in failures] == ["Throttled"] * 3
-    assert watch.violations == []
+    assert [e["taskFailedEventDetails"]["error"] for e in failures] == ["Throttled"] * 2
+    assert len(world.runtime.retry_sleeps.snapshot()) >= 2
     assert ranges(world) == both(world, 31000, 32500)
 
 

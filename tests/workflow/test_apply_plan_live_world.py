@@ -5,6 +5,7 @@ the plan: the backend group (the NLB's second group) must keep reaching the node
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -251,3 +252,34 @@ def test_a_policy_naming_another_owner_is_refused_before_any_call(world: DemoWor
     with pytest.raises(FunctionFailed, match="owner 'staging' is not this deployment's owner"):
         reconcile(world)
     assert sorted(ranges(world)) == before
+
+
+def test_an_execution_stopped_by_hand_frees_its_locks_without_waiting_for_the_lease(
+    world: DemoWorld,
+) -> None:
+    # Given the #3639 change, stopped by hand while its new rules settle (locks held)
+    live = grow(world)
+    sfn = world.runtime.clients.stepfunctions
+    held_at_the_settle: list[list[str]] = []
+    execution: list[str] = []
+
+    def stop() -> None:
+        held_at_the_settle.append(lock_keys(world))
+        sfn.stop_execution(executionArn=execution[0], cause="stopped by an operator")
+
+    at_the_settle(world, stop)
+    execution.append(start(world, live))
+    described = world.runtime.wait_for(execution[0], TIMEOUT)
+    # Then it ends ABORTED, and its locks are gone well before their lease (900 s) ends
+    assert described["status"] == "ABORTED"
+    assert sorted(held_at_the_settle[0]) == sorted(world.node_groups.values())
+    deadline = time.monotonic() + 10
+    while lock_keys(world) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lock_keys(world) == []
+    # And the groups are a safe superset: the old and the new rules, backend admitted
+    for group in world.node_groups.values():
+        assert admits(world, group, 31500) and admits(world, group, 32500)
+    # And the next run takes the locks at once and converges
+    reconcile(world)
+    assert not live_plan(world).result.steps  # type: ignore[union-attr]

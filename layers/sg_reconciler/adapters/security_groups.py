@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, RuleKey, ingress_rules
 from sg_reconciler.errors import (
     AwsCallFailed,
@@ -24,6 +25,7 @@ from sg_reconciler.errors import (
 )
 
 _FILTER_CHUNK = 200  # values per describe filter
+T = TypeVar("T")
 
 # Called with the group's live rules right before a revoke or modify; raises to stop the call.
 Guard = Callable[[list[Rule]], None]
@@ -90,10 +92,19 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
 
 
 class SecurityGroupRules:
-    """Reads and writes the ingress rules of security groups through one EC2 client."""
+    """Reads and writes the ingress rules of security groups through one EC2 client; writes
+    go through the pacer when there is one (the steps), so a large change stays under EC2's
+    rate limit instead of being throttled into a rollback."""
 
-    def __init__(self, ec2: Any) -> None:
-        self.ec2 = ec2
+    def __init__(self, ec2: Any, pacer: Pacer | None = None) -> None:
+        self.ec2, self.pacer = ec2, pacer
+
+    def _write(self, call: Callable[[], T]) -> T:
+        def typed() -> T:
+            with typed_aws_errors():
+                return call()
+
+        return self.pacer.call(typed) if self.pacer is not None else typed()
 
     def _describe(self, filters: list[dict[str, Any]]) -> list[Rule]:
         docs: list[dict[str, Any]] = []
@@ -154,12 +165,13 @@ class SecurityGroupRules:
         """The new rules' ids by key, or None when EC2 reports a duplicate."""
         tags = [{"Key": OWNER_TAG_KEY, "Value": owner}, {"Key": PLAN_TAG_KEY, "Value": plan_id}]
         try:
-            with typed_aws_errors():
-                response = self.ec2.authorize_security_group_ingress(
+            response = self._write(
+                lambda: self.ec2.authorize_security_group_ingress(
                     GroupId=group_id,
                     IpPermissions=[ip_permission(r) for r in rules],
                     TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": tags}],
                 )
+            )
         except AwsCallFailed as err:
             if err.code != "InvalidPermission.Duplicate":
                 raise
@@ -180,8 +192,11 @@ class SecurityGroupRules:
         if ids and guard is not None:
             guard(live)
         if ids:
-            with typed_aws_errors():
-                self.ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=ids)
+            self._write(
+                lambda: self.ec2.revoke_security_group_ingress(
+                    GroupId=group_id, SecurityGroupRuleIds=ids
+                )
+            )
         return ids
 
     def modify(
@@ -196,10 +211,11 @@ class SecurityGroupRules:
             return
         if guard is not None:
             guard(live)
-        with typed_aws_errors():
-            self.ec2.modify_security_group_rules(
+        self._write(
+            lambda: self.ec2.modify_security_group_rules(
                 GroupId=group_id,
                 SecurityGroupRules=[
                     {"SecurityGroupRuleId": rule_id, "SecurityGroupRule": rule_request(rule)}
                 ],
             )
+        )

@@ -107,13 +107,31 @@ def batched(
     items: Sequence[dict[str, Any]],
     max_items: int = GROUPS_PER_BATCH,
     max_bytes: int = MAX_BATCH_BYTES,
+    parallel: int = 1,
 ) -> list[list[dict[str, Any]]]:
-    """Consecutive items in batches of at most `max_items` and `max_bytes` of JSON each."""
+    """Consecutive items in batches of at most `max_items` and `max_bytes` of JSON each,
+    their number a multiple of `parallel` where the items allow, sizes as even as can be
+    (so that the Map's last round is as full as its first)."""
+    if not items:
+        return []
+    count = -(-len(items) // max_items)
+    count = min(len(items), -(-count // parallel) * parallel)
+    share, extra = divmod(len(items), count)
     batches: list[list[dict[str, Any]]] = []
+    start = 0
+    for index in range(count):
+        end = start + share + (1 if index < extra else 0)
+        batches += _by_bytes(items[start:end], max_bytes)
+        start = end
+    return batches
+
+
+def _by_bytes(items: Sequence[dict[str, Any]], max_bytes: int) -> list[list[dict[str, Any]]]:
+    batches: list[list[dict[str, Any]]] = [[]]
     size = 0
     for item in items:
         weight = len(json.dumps(item, separators=(",", ":")))
-        if not batches or len(batches[-1]) >= max_items or size + weight > max_bytes:
+        if batches[-1] and size + weight > max_bytes:
             batches.append([])
             size = 0
         batches[-1].append(item)
@@ -122,14 +140,15 @@ def batched(
 
 
 def phase_batches(
-    doc: Mapping[str, Sequence[dict[str, Any]]], groups_per_batch: int = GROUPS_PER_BATCH
+    doc: Mapping[str, Sequence[dict[str, Any]]], parallel: int = 1
 ) -> dict[str, list[list[dict[str, Any]]]]:
-    """The phases of `Phases.to_dict` in batches: groups of the parallel phases together, the
-    ordered phase one call per batch (each may wait for the settle first)."""
+    """The phases of `Phases.to_dict` in batches: groups of the parallel phases together (a
+    multiple of the Map's concurrency `parallel`), the ordered phase one call per batch
+    (each may wait for the settle first)."""
     return {
-        "authorize": batched(doc.get("authorize", ()), groups_per_batch),
+        "authorize": batched(doc.get("authorize", ()), parallel=parallel),
         "ordered": [[item] for item in doc.get("ordered", ())],
-        "revoke": batched(doc.get("revoke", ()), groups_per_batch),
+        "revoke": batched(doc.get("revoke", ()), parallel=parallel),
     }
 
 

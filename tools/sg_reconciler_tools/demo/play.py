@@ -30,6 +30,7 @@ from sg_reconciler.policy import parse_policy
 from sg_reconciler.reconcile import compute_live_plan
 from sg_reconciler.workflow import stored_phases
 
+from sg_reconciler_tools.demo.large_world import LargeWorld
 from sg_reconciler_tools.demo.world import DemoWorld, build_world, scheduled_event
 from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor, LocalRuntime
 
@@ -179,7 +180,7 @@ def deliver_events(world: DemoWorld, events: list[dict[str, Any]]) -> dict[str, 
     return poll_queue(world)
 
 
-def run_planner(world: DemoWorld, event: dict[str, Any]) -> str | None:
+def run_planner(world: DemoWorld | LargeWorld, event: dict[str, Any]) -> str | None:
     """Invoke the planner Lambda; returns the ARN of the execution it started, if any."""
     runtime = world.runtime
     sfn = runtime.clients.stepfunctions

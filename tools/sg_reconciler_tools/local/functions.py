@@ -10,6 +10,7 @@ exception's class name, which Step Functions matches in Retry and Catch).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -100,9 +101,14 @@ class HandlerHost:
         self._by_name = {spec.name: spec for spec in functions}
         self._base_environment = dict(base_environment)
         self._modules: dict[str, ModuleType] = {}
-        self._lock = threading.RLock()  # handlers share os.environ: one at a time
+        # Handlers share os.environ: invocations of one function run at once (a Map's items,
+        # as Lambda would), another function's wait until they are done.
+        self._lock = threading.RLock()
+        self._turn = threading.Condition(self._lock)
+        self._active: tuple[str | None, int] = (None, 0)  # whose environment is set, how many
         self._invocations: list[Invocation] = []
         self._added: set[str] = set()  # environment keys the handlers added
+        self._saved: dict[str, str | None] = {}  # what the active function's environment hid
         # Called with (logical id, event) right before a handler runs: a test plays an
         # outside writer at an exact point of an execution (between two states).
         self.before_invoke: list[Callable[[str, Any], None]] = []
@@ -128,10 +134,34 @@ class HandlerHost:
             return _error_result("Runtime.UnmarshalError", f"payload is not JSON: {error}")
         for listener in list(self.before_invoke):
             listener(spec.logical_id, event)
-        with self._lock:
+        with self._turn_of(spec):
             result, outcome = self._call(spec, event)
+        with self._lock:
             self._invocations.append(outcome)
         return result
+
+    @contextmanager
+    def _turn_of(self, spec: FunctionSpec) -> Iterator[None]:
+        with self._turn:
+            while self._active[1] and self._active[0] != spec.logical_id:
+                self._turn.wait()
+            owner, count = self._active
+            if count == 0:
+                self._set_environment(spec)
+                # Import once, before a second invocation may start; an import error is
+                # reported by `_call`, like any handler error.
+                with contextlib.suppress(Exception):
+                    self._handler(spec)
+            self._active = (spec.logical_id, count + 1)
+        try:
+            yield
+        finally:
+            with self._turn:
+                owner, count = self._active
+                self._active = (owner if count > 1 else None, count - 1)
+                if count == 1:
+                    self._restore_environment()
+                    self._turn.notify_all()
 
     def _call(self, spec: FunctionSpec, event: Any) -> tuple[LambdaResult, Invocation]:
         context = LambdaContext(
@@ -140,14 +170,14 @@ class HandlerHost:
             memory_limit_in_mb=spec.memory_mb,
             timeout_seconds=spec.timeout_seconds,
         )
-        with self._environment(spec):
-            try:
+        try:
+            with self._lock:
                 handler = self._handler(spec)
-                value = handler(event, context)
-            except Exception as error:
-                kind = type(error).__name__
-                failure = _error_result(kind, str(error), error)
-                return failure, Invocation(spec.logical_id, event, None, kind, str(error))
+            value = handler(event, context)
+        except Exception as error:
+            kind = type(error).__name__
+            failure = _error_result(kind, str(error), error)
+            return failure, Invocation(spec.logical_id, event, None, kind, str(error))
         try:
             body = json.dumps(value).encode("utf-8")
         except (TypeError, ValueError) as error:
@@ -166,8 +196,7 @@ class HandlerHost:
             raise AttributeError(f"{spec.module_file} has no handler {spec.handler!r}")
         return function
 
-    @contextmanager
-    def _environment(self, spec: FunctionSpec) -> Iterator[None]:
+    def _set_environment(self, spec: FunctionSpec) -> None:
         wanted = {
             **self._base_environment,
             "AWS_LAMBDA_FUNCTION_NAME": spec.name,
@@ -178,18 +207,17 @@ class HandlerHost:
             **spec.environment,
             "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
         }
-        saved = {key: os.environ.get(key) for key in wanted}
-        self._added.update(key for key, value in saved.items() if value is None)
+        self._saved = {key: os.environ.get(key) for key in wanted}
+        self._added.update(key for key, value in self._saved.items() if value is None)
         os.environ.update(wanted)
-        try:
-            yield
-        finally:
-            # Restore what was there; keys that were absent stay until `unload`: the
-            # interpreter's threads read os.environ concurrently and a key vanishing between
-            # their check and their read raised KeyError (failing executions at random).
-            for key, value in saved.items():
-                if value is not None:
-                    os.environ[key] = value
+
+    def _restore_environment(self) -> None:
+        # Restore what was there; keys that were absent stay until `unload`: the
+        # interpreter's threads read os.environ concurrently and a key vanishing between
+        # their check and their read raised KeyError (failing executions at random).
+        for key, value in self._saved.items():
+            if value is not None:
+                os.environ[key] = value
 
     def unload(self) -> None:
         """Forget the imported handler modules (the next runtime imports them afresh) and the

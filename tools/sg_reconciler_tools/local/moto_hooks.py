@@ -427,6 +427,41 @@ def patch_ec2_fidelity() -> list[Patch]:
     ]
 
 
+def on_execution_end(listener: Callable[[Any], None]) -> Patch:
+    """Call `listener(execution)` when a Step Functions execution reaches its final status.
+
+    Wraps `moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication.
+    _reflect_execution_status`, which sets `exec_status` (SUCCEEDED, FAILED, ABORTED,
+    TIMED_OUT) once the interpreter's program ends; moto emits no EventBridge "Execution
+    Status Change" event, so the local runtime delivers one from here. The listener runs
+    in the execution's worker thread, after the status is set."""
+    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+
+    owner = "moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication"
+    original = _require(BaseExecutionWorkerCommunication, "_reflect_execution_status", owner)
+
+    def _reflect_execution_status(self: Any) -> None:
+        original(self)
+        listener(self.execution)
+
+    return _replace(
+        BaseExecutionWorkerCommunication,
+        "_reflect_execution_status",
+        _reflect_execution_status,
+        owner,
+    )
+
+
+def matches_event_pattern(pattern: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
+    """EventBridge's matching, as moto implements it (`moto.events.models.EventPattern`)."""
+    import json
+
+    from moto.events.models import EventPattern
+
+    message: Any = dict(event)
+    return bool(EventPattern.load(json.dumps(pattern)).matches_event(message))
+
+
 def patch_events_envelope() -> Patch:
     """Deliver EventBridge events to targets with their `account` field, as AWS does.
 

@@ -11,6 +11,7 @@ timeout. Dev tooling only: nothing here is deployed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import boto3
+from sg_reconciler.adapters import pacing
 from sg_reconciler.core.rules import DEFAULT_OWNER
 
 from sg_reconciler_tools.local import moto_hooks
@@ -86,6 +88,9 @@ class Clients:
         return getattr(self, "lambda_" if service == "lambda" else service)
 
 
+UNPACED_WRITES_PER_SECOND = 1000
+
+
 class LocalRuntime:
     """Context manager: deploys a SAM template into moto and runs its state machines.
 
@@ -105,8 +110,14 @@ class LocalRuntime:
         sdk_max_attempts: int | None = 1,
     ) -> None:
         # The stack's owner name is the library default unless a test asks for another
-        # (the template derives it from the stack name when OwnerName is empty).
-        given = {"OwnerName": DEFAULT_OWNER, **(parameters or {})}
+        # (the template derives it from the stack name when OwnerName is empty). Writes are
+        # not paced unless a test asks (with `Ec2RateLimit`): moto has no rate limit, and
+        # the pacer would wait in real time.
+        given = {
+            "OwnerName": DEFAULT_OWNER,
+            "WritesPerSecond": str(UNPACED_WRITES_PER_SECOND),
+            **(parameters or {}),
+        }
         self.template = Template.load(
             template_path, stack_name=stack_name, region=REGION, parameters=given
         )
@@ -120,7 +131,11 @@ class LocalRuntime:
             self._environment["AWS_MAX_ATTEMPTS"] = str(sdk_max_attempts)
         self.waits = moto_hooks.Recorder()
         self.retry_sleeps = moto_hooks.Recorder()
+        self.pacer_sleeps = moto_hooks.Recorder()
         self._mock: Any = None
+        self._stopping = False
+        self._deliveries = 0  # status-change events being delivered right now
+        self._delivering = threading.Condition()
         self._patches: list[moto_hooks.Patch] = []
         self._saved_environment: dict[str, str | None] = {}
         self._clients: Clients | None = None
@@ -143,6 +158,7 @@ class LocalRuntime:
         self.stop()
 
     def start(self) -> None:
+        self._stopping = False
         if LocalRuntime._running is not None:
             raise RuntimeError(
                 "another LocalRuntime is running; moto and the hooks are process-wide, so stop it first"
@@ -157,6 +173,7 @@ class LocalRuntime:
             self._patches = [
                 moto_hooks.patch_wait_states(self.waits),
                 moto_hooks.patch_retry_sleep(self.retry_sleeps),
+                self._patch_pacer_sleep(),
             ]
             if self.ec2_fidelity:
                 self._patches += moto_hooks.patch_ec2_fidelity()
@@ -166,7 +183,23 @@ class LocalRuntime:
             self.stop()
             raise
 
+    def _patch_pacer_sleep(self) -> moto_hooks.Patch:
+        """The steps' pacer records its waits instead of sleeping, as Retry and Wait do here
+        (`Ec2RateLimit` makes them take simulated time)."""
+        saved = pacing.sleep
+        pacing.sleep = self.pacer_sleeps
+
+        def undo() -> None:
+            pacing.sleep = saved
+
+        return moto_hooks.Patch("sg_reconciler.adapters.pacing.sleep", undo)
+
     def stop(self) -> None:
+        with self._delivering:
+            self._stopping = True
+            # An execution that just ended may still be delivering its status change: let
+            # it finish before the handlers are unloaded.
+            self._delivering.wait_for(lambda: self._deliveries == 0, timeout=30)
         try:
             if self._clients is not None:
                 self.abort_running()
@@ -317,6 +350,22 @@ class LocalRuntime:
             1 for event in self.events(execution_arn) if event["type"].endswith("StateEntered")
         )
 
+    def largest_state(self, execution_arn: str) -> tuple[int, str]:
+        """The largest input or output any state of the execution carried, in bytes (as
+        Step Functions counts against its 256 KiB limit), and the state that carried it."""
+        events = self.events(execution_arn)
+        by_id = {event["id"]: event for event in events}
+        largest = (0, "")
+        for event in events:
+            for key, details in event.items():
+                if not key.endswith("EventDetails") or not isinstance(details, dict):
+                    continue
+                for field in ("input", "output"):
+                    data = details.get(field)
+                    if isinstance(data, str) and len(data.encode()) > largest[0]:
+                        largest = (len(data.encode()), _state_of(event, by_id) or event["type"])
+        return largest
+
     def invoke(self, function_logical_id: str, event: Any = None) -> Any:
         """Invoke a function through the Lambda API; raises `FunctionFailed` on an error."""
         response = self.clients.lambda_.invoke(
@@ -358,6 +407,30 @@ class LocalRuntime:
             self._create_state_machine(logical_id)
         for logical_id in self.template.of_type(*RULE_TYPES):
             self._create_rule(logical_id)
+        self._patches.append(moto_hooks.on_execution_end(self._status_changed))
+
+    def _status_changed(self, execution: Any) -> None:
+        """Deliver Step Functions' "Execution Status Change" event to the functions whose
+        EventBridgeRule events match it, as EventBridge would (moto sends none)."""
+        if self._stopping:
+            return
+        event = status_change_event(execution)
+        for logical_id, pattern in self._function_rules():
+            if moto_hooks.matches_event_pattern(pattern, event):
+                try:
+                    self.invoke(logical_id, event)
+                except Exception as err:
+                    logging.getLogger(__name__).warning(f"{logical_id} failed on {event}: {err}")
+
+    def _function_rules(self) -> list[tuple[str, dict[str, Any]]]:
+        rules = []
+        for logical_id in self.template.of_type(*FUNCTION_TYPES):
+            events = self.template.properties(logical_id).get("Events") or {}
+            for spec in events.values():
+                if spec.get("Type") in ("EventBridgeRule", "CloudWatchEvent"):
+                    pattern = self.template.resolve((spec.get("Properties") or {}).get("Pattern"))
+                    rules.append((logical_id, pattern))
+        return rules
 
     def _queue_url(self, name: str) -> str:
         return self.clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]
@@ -515,6 +588,31 @@ class LocalRuntime:
         if targets:
             bus = {"EventBusName": request["EventBusName"]} if "EventBusName" in request else {}
             self.clients.events.put_targets(Rule=name, Targets=targets, **bus)
+
+
+def status_change_event(execution: Any) -> dict[str, Any]:
+    """The EventBridge event Step Functions sends when an execution's status changes."""
+    status = str(
+        execution.exec_status.value
+        if hasattr(execution.exec_status, "value")
+        else execution.exec_status
+    )
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "account": execution.account_id,
+        "region": execution.region_name,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "resources": [execution.exec_arn],
+        "detail": {
+            "executionArn": execution.exec_arn,
+            "stateMachineArn": execution.state_machine.arn,
+            "name": execution.name,
+            "status": status,
+        },
+    }
 
 
 class FunctionFailed(Exception):

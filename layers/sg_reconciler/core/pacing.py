@@ -1,0 +1,56 @@
+"""Pacing writes at EC2's rate limit (docs/architecture.md, "Pacing").
+
+EC2's mutating calls share one token bucket per account and region (about 50 tokens,
+refilled about 5 a second, per AWS's documentation): a large change that fires every write
+at once drains it and, throttled past its retries, rolls back. One setting, writes per
+second, sets how many Map items run at once and how far apart each item spaces its own
+writes, so that together they stay at the refill rate; a throttled call backs off with full
+jitter (AWS's "Exponential Backoff And Jitter") for as long as the step may run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+DEFAULT_WRITES_PER_SECOND = 5.0
+BURST = 40  # of the bucket's 50: the first items may spend it at once, 10 stay for others
+MAX_CONCURRENCY = 10  # Map items at once, whatever the rate
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_CAP_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class ItemPacing:
+    interval: float  # seconds between two writes of one item
+    free_writes: int  # writes the item may make at once first (its share of the burst)
+
+
+@dataclass(frozen=True)
+class Pacing:
+    writes_per_second: float
+    concurrency: int  # Map items at once
+
+    def for_item(self, batch: int, batches: int) -> ItemPacing:
+        """How one Map item of a phase with `batches` items paces its writes: the items that
+        run together make `writes_per_second` between them, and those of the first round
+        share the burst."""
+        active = max(1, min(self.concurrency, batches))
+        return ItemPacing(
+            interval=active / self.writes_per_second,
+            free_writes=BURST // active if batch < active else 0,
+        )
+
+
+def pacing_for(writes_per_second: float = DEFAULT_WRITES_PER_SECOND) -> Pacing:
+    """A few items at once (a slow item does not stall the rate), each paced."""
+    if writes_per_second <= 0:
+        raise ValueError(f"writes per second must be positive, not {writes_per_second}")
+    concurrency = max(1, min(MAX_CONCURRENCY, math.ceil(writes_per_second / 2)))
+    return Pacing(writes_per_second, concurrency)
+
+
+def full_jitter(attempt: int, random: Callable[[], float]) -> float:
+    """The wait before retry `attempt` (0-based): uniform in [0, min(cap, base * 2^attempt)]."""
+    return float(random() * min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0**attempt))
