@@ -42,7 +42,7 @@ class LivePlan:
     unreached: tuple[str, ...] = ()  # groups with owned rules the policy does not reach
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan contract of DESIGN.md plus the desired rules and the groups in play."""
+        """The plan contract (docs/contracts.md) plus the desired rules and the groups in play."""
         doc = self.result.to_dict()
         if self.notes:
             doc["notes"] = [*doc.get("notes", []), *self.notes]

@@ -1,6 +1,6 @@
 """An independent judge of plans, for the planning-core tests.
 
-The judge re-states the safety invariants of DESIGN.md straight from rule fields, without the
+The judge re-states the safety invariants of docs/invariants.md straight from rule fields, without the
 planner's own checker or traffic algebra (`sg_reconciler.core.safety` / `.traffic` are not
 imported here): a rule set allows a flow when some rule's group, peer, protocol and ports
 match it. Flows are judged on a finite set of probes built from every rule involved: each
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# The ownership tag is a contract (DESIGN.md, Contracts); restated so the judge stands alone.
+# The ownership tag is a contract (docs/contracts.md); restated so the judge stands alone.
 OWNER_TAG = "sg-reconciler/owner"
 OWNER = "sg-reconciler"
 PROTOCOL_NUMBERS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}

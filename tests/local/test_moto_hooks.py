@@ -686,7 +686,7 @@ def test_an_ec2_fault_reaches_the_interpreters_aws_sdk_task(mocked: Mocked) -> N
         result = mocked.run(definition)
     assert result["status"] == "FAILED"
     # moto reports every EC2 failure of an aws-sdk task under one name, the code only in the
-    # cause: why the app's EC2 writes are Lambda steps with typed errors (DESIGN.md).
+    # cause: why the app's EC2 writes are Lambda steps with typed errors (docs/architecture.md).
     assert result["error"] == "ec2.ec2Exception"
     assert len(injector.fired) == 1
     assert describe(mocked, node) == []

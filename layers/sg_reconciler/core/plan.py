@@ -1,6 +1,6 @@
 """A plan: the ordered EC2 calls that take the groups from their current to their desired rules.
 
-Each step is one API call. The JSON form is the contract of DESIGN.md (Contracts) and the
+Each step is one API call. The JSON form is the contract of docs/contracts.md and the
 state machine's input, so `plan_from_dict` validates strictly.
 """
 
