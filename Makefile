@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint typecheck unit demo bench clean
+.PHONY: setup test lint typecheck unit suite demo bench clean
 
 setup: $(STAMP)
 
@@ -23,10 +23,16 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy layers tools functions benchmarks
 
+# The edit-test loop: the pure core and the fake- or moto-backed adapters, no local runtime.
+UNIT_TESTS := tests/core tests/trigger tests/fuzz tests/adapters tests/planner/test_planning_service.py
+
 unit: setup
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q $(UNIT_TESTS)
+
+suite: setup
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q
 
-test: lint typecheck unit
+test: lint typecheck suite
 
 demo: setup
 	$(BIN)/sg-reconciler demo

@@ -40,9 +40,11 @@ COUNTED = {
 
 
 def first_reconcile(groups: int, ports: int = PORTS) -> dict[str, Any]:
-    """A scheduled first reconcile of `groups` x `ports` rule changes, as deployed."""
+    """A scheduled first reconcile of `groups` x `ports` rule changes, with the deployed
+    settings (WritesPerSecond 5: three items at once; the pacer's waits are recorded, not
+    slept, as the runtime's Wait states are)."""
     quiet_handlers()
-    with LocalRuntime(TEMPLATE) as runtime:
+    with LocalRuntime(TEMPLATE, parameters={"WritesPerSecond": "5"}) as runtime:
         world = build_large_world(runtime, groups=groups, ports=ports)
         started = time.monotonic()
         execution = run_planner(world, scheduled_event())
@@ -69,7 +71,7 @@ def serialized_state_bytes(changes: int, groups: int) -> int:
     item = {"group_id": "sg-0123456789abcdef0", "steps": []}
     doc = {"authorize": [item] * groups, "ordered": [], "revoke": [item] * groups}
     refs = batch_refs(phase_batches(doc, pacing_for().concurrency))
-    per_batch = {"failed": False}
+    per_batch: dict[str, Any] = {}  # a Map item's output on success
     state = {
         "plan_id": "0" * 32 + "-20261201T1200",
         "plan_ref": {"groups_key": "0" * 32, "groups": groups, "calls": 2 * groups},
@@ -78,7 +80,7 @@ def serialized_state_bytes(changes: int, groups: int) -> int:
         "work": {
             "result": {
                 "changed": True,
-                "batches": refs,
+                "batches": {"authorize": refs["authorize"], "ordered": refs["ordered"]},
                 "settle_seconds": 10,
                 "owner": "sg-reconciler",
                 "pacing": {"concurrency": 3, "writes_per_second": 5.0},

@@ -241,7 +241,8 @@ def refresh_plan(
         store.put_phase(request.plan_id, phase, batches[phase])
     return {
         "changed": bool(result.steps),
-        "batches": batch_refs(batches),
+        # The revoke batches are numbered by "Re-plan the revokes after the settle".
+        "batches": {k: v for k, v in batch_refs(batches).items() if k != "revoke"},
         "settle_seconds": settle_seconds,
         "owner": owner,
         "pacing": {
