@@ -41,7 +41,8 @@ class PolicyError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "3" is not 3 and "yes" is not true; a policy says what it means.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class LoadBalancerSelector(_Strict):
@@ -338,10 +339,28 @@ def _one_line(err: ValidationError) -> str:
     return "; ".join(parts).replace("\n", " ")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last,
+    silently: half of a policy would be ignored)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_policy(text: str, origin: str = "policy") -> Policy:
     """Parse a YAML or JSON policy document (JSON is YAML); an empty document is all defaults."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise PolicyError(f"{origin}: malformed document: nested too deeply") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""

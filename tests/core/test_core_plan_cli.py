@@ -129,6 +129,9 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
         "rule #1 (sgr-1",
     ),
     ("egress in desired", "desired", [{**GOOD, "IsEgress": True}], "egress rules are not managed"),
+    ("port with two minus signs", "desired", [{**GOOD, "FromPort": "--5"}], "rule #0"),
+    ("port in superscript digits", "desired", [{**GOOD, "ToPort": "\u00b2"}], "rule #0"),
+    ("protocol in superscript digits", "desired", [{**GOOD, "IpProtocol": "\u00b2"}], "rule #0"),
     ("ambiguous description", "desired", [GOOD, {**GOOD, "Description": "x"}], "listed twice"),
 ]
 
@@ -163,6 +166,43 @@ def assert_one_line_error(code: int, out: str, err: str) -> None:
     assert out == ""
     assert err.startswith("sg-reconciler: error: ") and err.endswith("\n")
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("content", "names"),
+    [
+        ('{"SecurityGroupRules": []}'.encode("utf-16"), "not UTF-8 text at byte 0 (UTF-16?"),
+        (bytes(range(128, 256)), "not UTF-8 text"),
+        (b"[" * 100_000, "nested too deeply"),
+    ],
+    ids=["utf-16 (PowerShell >)", "binary", "nested 100,000 deep"],
+)
+def test_a_file_that_is_not_json_text_exits_2(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path], content: bytes, names: str
+) -> None:
+    files[0].write_bytes(content)
+    code, out, err = run(capsys, *files)
+    assert_one_line_error(code, out, err)
+    assert names in err
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    files[0].write_bytes(b"\xef\xbb\xbf" + files[0].read_bytes())
+    code, _, err = run(capsys, *files)
+    assert (code, err) == (0, "")
+
+
+def test_an_endpoint_that_is_not_a_url_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("{}")
+    code = main(["plan", "--live", "--policy", str(policy), "--endpoint-url", "notaurl"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert "'notaurl' is not an http(s) URL" in err
 
 
 def test_a_missing_file_exits_2(

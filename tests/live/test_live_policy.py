@@ -115,6 +115,15 @@ def test_json_is_accepted() -> None:
             "static_rules.0.group_id",
         ),
         ("quota: 10\nquota_headroom: 10", "quota_headroom"),
+        # strict: no coercion from strings or booleans
+        ('rule_budget: "3"', "rule_budget: Input should be a valid integer"),
+        ("rule_budget: true", "rule_budget: Input should be a valid integer"),
+        ('include_health_checks: "yes"', "include_health_checks: Input should be a valid boolean"),
+        ("settle_seconds: 1.5", "settle_seconds"),
+        # a key given twice would silently keep the last
+        ("rule_budget: 3\nrule_budget: 4", "duplicate key 'rule_budget'"),
+        ('{"brake": {"min_revokes": 5, "min_revokes": 6}}', "duplicate key 'min_revokes'"),
+        ("[" * 100_000, "nested too deeply"),
     ],
 )
 def test_an_invalid_field_is_named_in_one_line(text: str, named: str) -> None:

@@ -56,12 +56,21 @@ def _fingerprint(text: str) -> str:
     return text
 
 
+def _endpoint(text: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL")
+    return text
+
+
 def _aws_options(parser: argparse.ArgumentParser, title: str, description: str) -> None:
     group = parser.add_argument_group(title, description)
     group.add_argument("--region", help="AWS region (default: the profile's or environment's)")
     group.add_argument("--profile", help="AWS named profile")
     group.add_argument(
-        "--endpoint-url", metavar="URL", help="e.g. a moto server, http://127.0.0.1:5000"
+        "--endpoint-url",
+        type=_endpoint,
+        metavar="URL",
+        help="e.g. a moto server, http://127.0.0.1:5000",
     )
 
 

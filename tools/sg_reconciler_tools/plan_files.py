@@ -15,15 +15,23 @@ class InputError(Exception):
 
 def read_json(path: Path) -> Any:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        # JSON is UTF-8 (RFC 8259); PowerShell's `>` writes UTF-16 with a byte-order mark.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        hint = " (UTF-16? save it as UTF-8)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise InputError(f"{path}: not UTF-8 text at byte {err.start}{hint}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(
             f"{path}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"
         ) from None
+    except RecursionError:
+        raise InputError(f"{path}: malformed JSON: nested too deeply") from None
 
 
 def _rule_list(doc: Any, path: Path) -> list[Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeGuard
@@ -93,6 +94,9 @@ def describe_ports(protocol: str, from_port: int, to_port: int) -> str:
     return f"{protocol} {ports}"
 
 
+_DECIMAL = re.compile(r"-?[0-9]+")  # ASCII digits only: "²".isdigit() is true, int() fails
+
+
 def normalize_protocol(raw: object) -> str:
     """Map EC2's protocol spellings to the names describe prints: tcp, udp, icmp, -1, "50"."""
     text = str(raw).strip().lower()
@@ -100,7 +104,7 @@ def normalize_protocol(raw: object) -> str:
         return text
     if text in _PROTOCOL_NAMES:
         return _PROTOCOL_NAMES[text]
-    if text.isdigit() and 0 <= int(text) <= 255:
+    if _DECIMAL.fullmatch(text) and 0 <= int(text) <= 255:
         number = str(int(text))  # "06" is TCP too, with its ports
         return _PROTOCOL_NAMES.get(number, number)
     raise RuleError(f"unknown protocol {raw!r}")
@@ -117,7 +121,7 @@ def _port_number(raw: object) -> int | None:
     """An integer port, or its decimal text ("80"); never a bool (True is not port 1) or 80.5."""
     if type(raw) is int:
         return raw
-    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+    if isinstance(raw, str) and _DECIMAL.fullmatch(raw.strip()):
         return int(raw)
     return None
 
