@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters.inventory import read_inventory
-from sg_reconciler.core.brake import BrakeFacts, BrakeVerdict, check_brake, hold_revokes
+from sg_reconciler.core.brake import (
+    BrakeFacts,
+    BrakeVerdict,
+    LookupMiss,
+    check_brake,
+    check_lookup_misses,
+    hold_revokes,
+)
 from sg_reconciler.core.desired import DesiredState, compute_desired, touched_groups
 from sg_reconciler.core.inventory import Inventory
 from sg_reconciler.core.plan import Plan, Refusal
@@ -95,6 +102,16 @@ def plan_from_inventory(
             min_revokes=policy.brake.min_revokes,
         )
         verdict = check_brake(result, current, desired, policy.owner, facts)
+        missed = check_lookup_misses(
+            result,
+            current,
+            lookup_misses(inventory),
+            {g: sg.vpc_id for g, sg in inventory.groups.items()},
+        )
+        if verdict is None:
+            verdict = missed
+        elif missed is not None:
+            verdict = BrakeVerdict(f"{verdict.reason}; {missed.reason}", verdict.fingerprint)
         if verdict is not None:
             was_released = released is not None and released(verdict.fingerprint)
             if was_released:
@@ -115,6 +132,29 @@ def plan_from_inventory(
         released=was_released,
         unreached=tuple(unreached),
     )
+
+
+def lookup_misses(inventory: Inventory) -> list[LookupMiss]:
+    """IP targets of the read whose interface was not found (no security group known)."""
+    misses = []
+    for tg in inventory.target_groups:
+        if tg.target_type != "ip":
+            continue
+        protocols = (
+            ("tcp", "udp")
+            if tg.protocol == "TCP_UDP"
+            else (("udp",) if tg.protocol == "UDP" else ("tcp",))
+        )
+        health = int(tg.health_check_port) if tg.health_check_port.isdigit() else None
+        for target in tg.targets:
+            if target.group_ids:
+                continue
+            ports = {p for p in (target.port or tg.port, health) if p is not None}
+            misses += [
+                LookupMiss(tg.vpc_id, tg.name, target.target_id, protocol, frozenset(ports))
+                for protocol in protocols
+            ]
+    return misses
 
 
 def _unreached(inventory: Inventory, policy: Policy, state: DesiredState) -> list[str]:

@@ -94,6 +94,50 @@ def check_brake(
     return BrakeVerdict("; ".join(reasons), fingerprint)
 
 
+@dataclass(frozen=True)
+class LookupMiss:
+    """A registered IP target whose interface (so its security groups) was not found: a pod
+    on a delegated prefix, an interface mid-replacement, an address outside the VPC."""
+
+    vpc_id: str
+    target_group: str
+    target_id: str
+    protocol: str  # "tcp" or "udp"
+    ports: frozenset[int]  # traffic and health-check ports
+
+
+def check_lookup_misses(
+    plan: Plan, current: Sequence[Rule], misses: Sequence[LookupMiss], vpc_of: dict[str, str]
+) -> BrakeVerdict | None:
+    """Hold the revokes when one could take away a port an unresolved target needs in its
+    VPC: its group is unknown, so a lookup miss must never read as "nobody needs this"."""
+    gone = {i for s in plan.steps if isinstance(s, Revoke) for i in s.rule_ids}
+    gone |= {s.rule_id for s in plan.steps if isinstance(s, Modify) and _moves(s, current)}
+    at_risk: list[str] = []
+    targets: dict[str, None] = {}
+    for rule in (r for r in current if r.rule_id in gone):
+        key = rule.key
+        hit = [
+            m
+            for m in misses
+            if vpc_of.get(rule.group_id) == m.vpc_id
+            and key.protocol in ("-1", m.protocol)
+            and (key.protocol == "-1" or any(key.from_port <= p <= key.to_port for p in m.ports))
+        ]
+        if hit:
+            at_risk.append(rule.rule_id or "")
+            targets.update(dict.fromkeys(f"{m.target_id} in {m.target_group}" for m in hit))
+    if not at_risk:
+        return None
+    shown = ", ".join(targets)
+    ids = sorted(at_risk)
+    return BrakeVerdict(
+        f"the interface of target(s) {shown} was not found, so its security group is unknown; "
+        f"{len(ids)} owned rule(s) that may admit it would go",
+        hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16],
+    )
+
+
 def hold_revokes(plan: Plan, verdict: BrakeVerdict, current: Sequence[Rule]) -> Plan:
     """The plan with its revokes held: the authorize phase and description-only changes."""
     phases = split_phases(plan.steps)

@@ -131,7 +131,13 @@ class _Interleaver:
         # The base rules are the group's stable rules (in OLD and NEW), in every state of the
         # search: only the OLD ∩ NEW traffic they leave uncovered is at stake.
         self.at_stake = bounds.at_stake
-        self.helpfulness = self._helpfulness()
+        # Only rules that touch the traffic at stake can cover it: the others are left out of
+        # every safety check (the same answers, from smaller traffic builds).
+        add_traffic = [Traffic.of([k]) for k in self.adds]
+        remove_traffic = [Traffic.of([k]) for k in self.removes]
+        self.relevant_adds = [bool(t & self.at_stake) for t in add_traffic]
+        self.relevant_removes = [bool(t & self.at_stake) for t in remove_traffic]
+        self.helpfulness = self._helpfulness(add_traffic, remove_traffic)
         # Invariant 9: a stale rule goes only after every new rule that admits overlapping
         # ports from another peer (a source may be admitted by both peers).
         self.first = [
@@ -139,10 +145,10 @@ class _Interleaver:
             for r in self.removes
         ]
 
-    def _helpfulness(self) -> list[int]:
+    def _helpfulness(self, adds: list[Traffic], removes: list[Traffic]) -> list[int]:
         """How many stale rules' needed traffic each new rule covers: authorize those first."""
-        needed = [Traffic.of([k]) & self.at_stake for k in self.removes]
-        return [sum(1 for n in needed if n & Traffic.of([a])) for a in self.adds]
+        needed = [n for t in removes if (n := t & self.at_stake)]
+        return [sum(1 for n in needed if n & a) if a else 0 for a in adds]
 
     def usage(self, added: frozenset[int], removed: frozenset[int]) -> Usage:
         total = self.base_usage
@@ -166,8 +172,12 @@ class _Interleaver:
             self.checks += 1
             if self.checks > self.budget:
                 raise _BudgetExhausted
-            present = [self.adds[i] for i in added]
-            present += [k for j, k in enumerate(self.removes) if j not in removed]
+            present = [self.adds[i] for i in added if self.relevant_adds[i]]
+            present += [
+                k
+                for j, k in enumerate(self.removes)
+                if j not in removed and self.relevant_removes[j]
+            ]
             cached = self.safe_cache[state] = not (self.at_stake - Traffic.of(present))
         return cached
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleKey
-from sg_reconciler.core.traffic import Traffic, key_box
+from sg_reconciler.core.traffic import Traffic, key_box, touching
 
 
 def flow_conflict(old: RuleKey, new: RuleKey) -> bool:
@@ -91,8 +91,10 @@ class GroupBounds:
         """
         if self._at_stake is None:
             stable = self.stable_keys
-            changing = Traffic.of(self.old_keys - stable) & Traffic.of(self.new_keys - stable)
-            self._at_stake = changing - Traffic.of(stable) if changing else changing
+            old, new = self.old_keys - stable, self.new_keys - stable
+            changing = Traffic.of(old) & Traffic.of(new)
+            # Stable rules disjoint from the changing ones cannot cover any of it.
+            self._at_stake = changing - Traffic.of(touching(stable, old)) if changing else changing
         return self._at_stake
 
     def loses_traffic(self, keys: frozenset[RuleKey]) -> Traffic:
