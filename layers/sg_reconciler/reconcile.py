@@ -7,7 +7,7 @@ one that started the execution.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from sg_reconciler.core.brake import (
     hold_revokes,
 )
 from sg_reconciler.core.desired import DesiredState, compute_desired, touched_groups
-from sg_reconciler.core.inventory import Inventory
+from sg_reconciler.core.inventory import Inventory, SecurityGroup
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.quota import Limits
@@ -47,14 +47,22 @@ class LivePlan:
     brake: BrakeVerdict | None = None  # set when the brake held (or a release let go) revokes
     released: bool = False  # an operator released this exact set of revocations
     unreached: tuple[str, ...] = ()  # groups with owned rules the policy does not reach
+    names: Mapping[str, str] = field(default_factory=dict)  # group id -> Name tag or GroupName
+
+    def needed_by(self, rule: Rule) -> tuple[str, ...]:
+        """What needs a desired rule (target groups and their load balancers, static rules)."""
+        return () if self.state is None else self.state.needed_by.get(rule.key, ())
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan contract (docs/contracts.md) plus the desired rules and the groups in play."""
+        """The plan contract (docs/contracts.md) plus, additively, the desired rules, the
+        groups in play, their names and what needs each desired rule."""
         doc = self.result.to_dict()
         if self.notes:
             doc["notes"] = [*doc.get("notes", []), *self.notes]
         doc["groups"] = list(self.groups)
+        doc["group_names"] = dict(self.names)
         doc["desired"] = [rule_to_dict(r, with_identity=False) for r in self.desired]
+        doc["desired_needed_by"] = [list(self.needed_by(r)) for r in self.desired]
         return doc
 
 
@@ -131,7 +139,12 @@ def plan_from_inventory(
         brake=verdict,
         released=was_released,
         unreached=tuple(unreached),
+        names={g: _name(inventory.groups[g]) for g in sorted(groups) if g in inventory.groups},
     )
+
+
+def _name(group: SecurityGroup) -> str:
+    return group.tag("Name") or group.name
 
 
 def lookup_misses(inventory: Inventory) -> list[LookupMiss]:

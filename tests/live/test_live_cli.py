@@ -119,6 +119,18 @@ def test_plan_live_json_prints_the_plan_and_the_desired_rules(
     assert actions == sorted(actions) and set(actions) == {"authorize", "revoke"}
     revoked = {i for step in doc["steps"] if step["action"] == "revoke" for i in step["rule_ids"]}
     assert revoked == {server.world.stale_rule_id, server.world.orphan_rule_id}
+    # Readable, additively: the groups' names, and what needs each desired rule
+    assert {doc["group_names"][g] for g in doc["groups"]} == {
+        "nodes-a",
+        "nodes-b",
+        "extra",
+        "pods",
+        "orphan",
+    }
+    needs = dict(zip(map(json.dumps, doc["desired"]), doc["desired_needed_by"], strict=True))
+    assert len(needs) == len(doc["desired"]) and all(needs.values())
+    dns = [n for r, n in needs.items() if '"FromPort": 53' in r]
+    assert dns and all(any(w.startswith("target group dns (") for w in n) for n in dns)
     assert all_rules(server.ec2) == before  # it never writes
 
 
@@ -130,6 +142,8 @@ def test_plan_live_table(
     )
     assert code == 0
     assert "authorize" in out and "revoke" in out
+    assert f"pods ({server.world.groups['pods']})" in out  # groups by name and id
+    assert "<- target group dns (" in out  # each new rule says what needs it
     assert f"desired: {len(EXPECTED_DEFAULT_DESIRED)} managed rule(s) in 5 group(s)" in out
     assert "note: load balancer legacy has no security groups" in out
     # One range per (group, source, protocol) would open 31080-31443 (361 unneeded ports) in

@@ -214,7 +214,7 @@ def run_live(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(live.to_dict(), indent=2))
     else:
-        print(render_plan(live.result))
+        print(render_plan(live.result, live.names, live.needed_by))
         print(f"desired: {len(live.desired)} managed rule(s) in {len(live.groups)} group(s)")
         if live.state is not None and live.state.exposure:
             reports = [live.state.exposure[g] for g in live.groups if g in live.state.exposure]

@@ -77,6 +77,9 @@ class DesiredState:
     links: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # Load balancer or target group ARN -> the peers of the rules it shapes.
     sources: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Each desired rule -> what needs it ("target group web (load balancer k8s-web)", or
+    # "static rule"), so that a plan can say why a rule exists.
+    needed_by: Mapping[RuleKey, tuple[str, ...]] = field(default_factory=dict)
 
 
 def subtract_ranges(ranges: Iterable[PortRange], cover: Iterable[PortRange]) -> list[PortRange]:
@@ -108,6 +111,7 @@ class _Builder:
         self.settings = settings
         self.groups: Mapping[str, SecurityGroup] = inventory.groups
         self.needed: dict[Flow, set[int]] = {}
+        self.why: dict[tuple[Flow, int], set[str]] = {}  # a needed port -> what needs it
         self.notes: list[str] = []
         self.links: dict[str, set[str]] = {}
         self.sources: dict[str, set[str]] = {}
@@ -183,6 +187,7 @@ class _Builder:
                 "understood; the traffic port is used"
             )
         check_health = self.settings.include_health_checks and tg.health_check_enabled
+        need = f"target group {tg.name} ({', '.join(lb.name for lb in lbs)})"
         tg_hosts: set[str] = set()
         unplaced = 0
         for target in tg.targets:
@@ -197,12 +202,13 @@ class _Builder:
             health_port = port if explicit_health_port is None else explicit_health_port
             for host in hosts:
                 for peer in peers:
-                    for protocol in traffic:
-                        self.needed.setdefault((host, peer, protocol), set()).add(port)
+                    wants = [(protocol, port) for protocol in traffic]
                     if check_health:
-                        self.needed.setdefault((host, peer, health_protocol), set()).add(
-                            health_port
-                        )
+                        wants.append((health_protocol, health_port))
+                    for protocol, wanted in wants:
+                        flow = (host, peer, protocol)
+                        self.needed.setdefault(flow, set()).add(wanted)
+                        self.why.setdefault((flow, wanted), set()).add(need)
         if unplaced:
             self.notes.append(
                 f"target group {tg.name}: {unplaced} target(s) in no destination group "
@@ -263,12 +269,24 @@ class _Builder:
         for rule in statics:
             per_group.setdefault(rule.group_id, [0, 0, 0, 0])[0] += 1
         exposure = {g: Exposure(g, t[0], t[1], t[2], t[3]) for g, t in sorted(per_group.items())}
+        needed_by: dict[RuleKey, set[str]] = {r.key: {"static rule"} for r in statics}
+        for (flow, port), needs in self.why.items():
+            host, peer, protocol = flow
+            for rule in rules:
+                key = rule.key
+                if (
+                    key.group_id,
+                    key.peer.value,
+                    key.protocol,
+                ) == flow and key.from_port <= port <= key.to_port:
+                    needed_by.setdefault(key, set()).update(needs)
         return DesiredState(
             rules=tuple(sorted(rules, key=lambda r: r.key)),
             exposure=exposure,
             notes=tuple(dict.fromkeys(self.notes)),  # once each, in order
             links={k: frozenset(v) for k, v in self.links.items()},
             sources={k: frozenset(v) for k, v in self.sources.items()},
+            needed_by={k: tuple(sorted(v)) for k, v in needed_by.items()},
         )
 
 
