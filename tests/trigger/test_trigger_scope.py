@@ -57,6 +57,9 @@ EXPECTED: dict[str, Scope] = {
     "DeleteSecurityGroup": _scope(groups={NEW_SG}),
     "ModifyNetworkInterfaceAttribute": Scope.everything(),
     "ModifyInstanceAttribute": _scope(groups={NODE_SG, EXTRA_SG}, instances={I1}),
+    # A destination group's tag: only the group (an instance's tags select nothing)
+    "CreateTags": _scope(groups={EXTRA_SG}),
+    "DeleteTags": _scope(groups={EXTRA_SG}),
     "CreateLoadBalancer": _scope(groups={NLB_SG}, lbs={NLB}),
     "DeleteLoadBalancer": _scope(lbs={NLB}),
     "SetSecurityGroups": _scope(groups={NLB_SG, EXTRA_SG}, lbs={NLB}),
@@ -233,6 +236,15 @@ DROPPED: dict[str, tuple[dict[str, Any], str]] = {
     "classic load balancer": (
         _mutated("CreateLoadBalancer", lambda e: e["detail"].update(apiVersion="2012-06-01")),
         "classic load balancer",
+    ),
+    "tags of other resources": (
+        _mutated(
+            "CreateTags",
+            lambda e: e["detail"].update(
+                requestParameters={"resourcesSet": {"items": [{"resourceId": I1}]}}
+            ),
+        ),
+        "changes nothing",
     ),
     "instance attribute other than groups": (
         _mutated(
@@ -479,3 +491,14 @@ def test_the_burst_sample_merges_into_the_release_scope() -> None:
     assert Scope.merge(r.scope for r in relevant) == _scope(
         groups={NODE_SG}, lbs={NLB}, tgs={TG_FRONTEND}, instances={I1, I2}
     )
+
+
+def test_a_rules_owner_tag_changed_by_hand_replans_everything() -> None:
+    # A rule id names no group, and the owner tag decides what is ours: re-plan it all
+    event = _mutated(
+        "DeleteTags",
+        lambda e: e["detail"].update(
+            requestParameters={"resourcesSet": {"items": [{"resourceId": "sgr-0a1b2c3d4e5f60011"}]}}
+        ),
+    )
+    assert parse(event) == Relevant(event["id"], "DeleteTags", Scope.everything())

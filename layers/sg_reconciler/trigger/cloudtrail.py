@@ -37,6 +37,8 @@ EC2_EVENT_NAMES: tuple[str, ...] = (
     "DeleteSecurityGroup",
     "ModifyNetworkInterfaceAttribute",
     "ModifyInstanceAttribute",
+    "CreateTags",  # a destination group's tag added or removed (tagged_groups, the LBC's rule)
+    "DeleteTags",
 )
 ELB_EVENT_NAMES: tuple[str, ...] = (
     "CreateLoadBalancer",
@@ -245,6 +247,16 @@ class ModifyInstanceAttributeParameters(CloudTrailModel):
     groupSet: ItemSet[GroupRef] | None = None
 
 
+class ResourceRef(CloudTrailModel):
+    resourceId: str | None = None
+
+
+class TagsParameters(CloudTrailModel):
+    """CreateTags and DeleteTags: the resources (any EC2 resource) whose tags changed."""
+
+    resourcesSet: ItemSet[ResourceRef] = Field(default_factory=ItemSet)
+
+
 # ---------------------------------------------------------------- ELBv2 shapes
 
 
@@ -450,6 +462,18 @@ class ModifyInstanceAttributeDetail(CloudTrailDetail):
     responseElements: dict[str, Any] | None = None
 
 
+class CreateTagsDetail(CloudTrailDetail):
+    eventName: Literal["CreateTags"]
+    requestParameters: TagsParameters
+    responseElements: dict[str, Any] | None = None
+
+
+class DeleteTagsDetail(CloudTrailDetail):
+    eventName: Literal["DeleteTags"]
+    requestParameters: TagsParameters
+    responseElements: dict[str, Any] | None = None
+
+
 class CreateLoadBalancerDetail(CloudTrailDetail):
     eventName: Literal["CreateLoadBalancer"]
     requestParameters: CreateLoadBalancerParameters
@@ -555,6 +579,8 @@ KnownDetail = Annotated[
     | DeleteSecurityGroupDetail
     | ModifyNetworkInterfaceAttributeDetail
     | ModifyInstanceAttributeDetail
+    | CreateTagsDetail
+    | DeleteTagsDetail
     | CreateLoadBalancerDetail
     | DeleteLoadBalancerDetail
     | SetSecurityGroupsDetail

@@ -45,11 +45,13 @@ from sg_reconciler.trigger.cloudtrail import (
     CreateLoadBalancerDetail,
     CreateRuleDetail,
     CreateSecurityGroupDetail,
+    CreateTagsDetail,
     CreateTargetGroupDetail,
     DeleteListenerDetail,
     DeleteLoadBalancerDetail,
     DeleteRuleDetail,
     DeleteSecurityGroupDetail,
+    DeleteTagsDetail,
     DeleteTargetGroupDetail,
     DeregisterTargetsDetail,
     ModifyInstanceAttributeDetail,
@@ -144,6 +146,8 @@ def scope_of(detail: CloudTrailDetail) -> Scope:
             return Scope() if detail.requestParameters.groupSet is None else Scope.everything()
         case ModifyInstanceAttributeDetail():
             return _instance_groups(detail)
+        case CreateTagsDetail() | DeleteTagsDetail():
+            return _ec2_tags(detail)
         case CreateLoadBalancerDetail():
             return _create_load_balancer(detail)
         case DeleteLoadBalancerDetail():
@@ -381,6 +385,15 @@ def _targets(params: TargetsParameters) -> Scope:
         target_group_arns=_ids([params.targetGroupArn]),
         instance_ids=_ids(t.id for t in params.targets if _INSTANCE_ID.match(t.id)),
     )
+
+
+def _ec2_tags(detail: CreateTagsDetail | DeleteTagsDetail) -> Scope:
+    """A group's tags decide whether it is a destination; a rule's owner tag whether it is
+    ours (a rule id names no group: re-plan everything). Other resources' tags do not count."""
+    ids = [r.resourceId or "" for r in detail.requestParameters.resourcesSet.items]
+    if any(i.startswith("sgr-") for i in ids):
+        return Scope.everything()
+    return Scope(group_ids=_ids(i for i in ids if i.startswith("sg-")))
 
 
 def _tagged(resource_arns: list[str]) -> Scope:
