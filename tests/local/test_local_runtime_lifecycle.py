@@ -62,8 +62,10 @@ def test_running_executions_are_aborted_before_the_mock_stops() -> None:
         arn = local.start_execution("ApplyStateMachine", document)
         deadline = time.monotonic() + 10
         while module_name(steps) not in sys.modules and time.monotonic() < deadline:
-            time.sleep(0.01)  # until the handler runs (and blocks)
-        release = sys.modules[module_name(steps)].RELEASE
+            time.sleep(0.01)  # until the handler module is loaded...
+        handler = sys.modules[module_name(steps)]
+        assert handler.BLOCKED.wait(timeout=10)  # ...and its call is waiting, not before
+        release = handler.RELEASE
         try:
             aborted = local.abort_running()
         finally:
