@@ -111,7 +111,7 @@ class _Builder:
         self.settings = settings
         self.groups: Mapping[str, SecurityGroup] = inventory.groups
         self.needed: dict[Flow, set[int]] = {}
-        self.why: dict[tuple[Flow, int], set[str]] = {}  # a needed port -> what needs it
+        self.why: dict[Flow, dict[str, set[int]]] = {}  # a flow -> what needs which ports
         self.notes: list[str] = []
         self.links: dict[str, set[str]] = {}
         self.sources: dict[str, set[str]] = {}
@@ -208,7 +208,7 @@ class _Builder:
                     for protocol, wanted in wants:
                         flow = (host, peer, protocol)
                         self.needed.setdefault(flow, set()).add(wanted)
-                        self.why.setdefault((flow, wanted), set()).add(need)
+                        self.why.setdefault(flow, {}).setdefault(need, set()).add(wanted)
         if unplaced:
             self.notes.append(
                 f"target group {tg.name}: {unplaced} target(s) in no destination group "
@@ -270,16 +270,16 @@ class _Builder:
             per_group.setdefault(rule.group_id, [0, 0, 0, 0])[0] += 1
         exposure = {g: Exposure(g, t[0], t[1], t[2], t[3]) for g, t in sorted(per_group.items())}
         needed_by: dict[RuleKey, set[str]] = {r.key: {"static rule"} for r in statics}
-        for (flow, port), needs in self.why.items():
-            host, peer, protocol = flow
-            for rule in rules:
-                key = rule.key
-                if (
-                    key.group_id,
-                    key.peer.value,
-                    key.protocol,
-                ) == flow and key.from_port <= port <= key.to_port:
-                    needed_by.setdefault(key, set()).update(needs)
+        by_flow: dict[Flow, list[RuleKey]] = {}
+        for rule in rules:
+            flow = (rule.group_id, rule.key.peer.value, rule.key.protocol)
+            by_flow.setdefault(flow, []).append(rule.key)
+        for flow, needs in self.why.items():
+            keys = by_flow.get(flow, [])
+            for need, ports in needs.items():
+                for key in keys:
+                    if any(key.from_port <= port <= key.to_port for port in ports):
+                        needed_by.setdefault(key, set()).add(need)
         return DesiredState(
             rules=tuple(sorted(rules, key=lambda r: r.key)),
             exposure=exposure,
