@@ -234,7 +234,10 @@ def main() -> None:
     curve = {scale: bench_desired.run_benchmark(scale) for scale in (0.01, 0.1, 1.0)}
     print("workflow benchmark on the local runtime...", flush=True)
     workflow = bench_workflow.run_benchmark()
-    print("scale benchmark on the local runtime (up to 10,000 rule changes)...", flush=True)
+    print(
+        "scale benchmark on the local runtime (up to 5,000 rule changes, a 500-group change under the rate limit)...",
+        flush=True,
+    )
     scale = bench_scale.run_benchmark()
     rows = planner_rows(planner) + desired_rows(curve) + workflow_rows(workflow) + scale_rows(scale)
     lines = [
