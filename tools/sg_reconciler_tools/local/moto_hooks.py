@@ -452,6 +452,44 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
     )
 
 
+# Writes AWS applies atomically per call; moto's backends check and change state without a
+# lock, so two threads could both pass one conditional write.
+ATOMIC_WRITES: Final[Mapping[str, tuple[str, ...]]] = {
+    "dynamodb": ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"),
+    "ec2": (
+        "AuthorizeSecurityGroupIngress",
+        "RevokeSecurityGroupIngress",
+        "ModifySecurityGroupRules",
+        "CreateTags",
+        "DeleteTags",
+    ),
+}
+
+
+def patch_atomic_writes() -> Patch:
+    """Make each write call atomic, as AWS does: a DynamoDB conditional write is checked and
+    applied as one step (two lock-takers cannot both win), an EC2 write as one call.
+
+    moto 5.2.5 runs a request's backend method without any lock; once handlers run
+    concurrently (a Map's items), two conditional PutItem calls on one lock item could both
+    see it free. Interceptors on `intercept_api_call`'s innermost layer hold one lock per
+    service around moto's own work only (faults and observers stay outside it)."""
+    locks = {service: threading.RLock() for service in ATOMIC_WRITES}
+
+    def atomic(service: str, operation: str, proceed: Proceed) -> Any:
+        with locks[service]:
+            return proceed()
+
+    return _together(
+        "atomic writes",
+        [
+            intercept_api_call(service, operation, atomic, layer=ATOMIC_LAYER)
+            for service, operations in ATOMIC_WRITES.items()
+            for operation in operations
+        ],
+    )
+
+
 def matches_event_pattern(pattern: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     """EventBridge's matching, as moto implements it (`moto.events.models.EventPattern`)."""
     import json
@@ -484,7 +522,8 @@ def patch_events_envelope() -> Patch:
 Proceed = Callable[[], Any]
 Interceptor = Callable[[str, str, Proceed], Any]  # (service, operation, proceed) -> response
 
-OBSERVER_LAYER: Final = 0  # innermost: sees the call as moto applied it
+ATOMIC_LAYER: Final = -1  # innermost of all: holds the lock only around moto's own work
+OBSERVER_LAYER: Final = 0  # sees the call as moto applied it
 FAULT_LAYER: Final = 1  # outside observers: a "before" fault never reaches moto
 
 _chain_lock = threading.Lock()
