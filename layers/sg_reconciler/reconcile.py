@@ -20,7 +20,12 @@ from sg_reconciler.core.brake import (
     check_lookup_misses,
     hold_revokes,
 )
-from sg_reconciler.core.desired import DesiredState, compute_desired, touched_groups
+from sg_reconciler.core.desired import (
+    TRAFFIC_PROTOCOLS,
+    DesiredState,
+    compute_desired,
+    touched_groups,
+)
 from sg_reconciler.core.inventory import Inventory, SecurityGroup
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
@@ -153,11 +158,7 @@ def lookup_misses(inventory: Inventory) -> list[LookupMiss]:
     for tg in inventory.target_groups:
         if tg.target_type != "ip":
             continue
-        protocols = (
-            ("tcp", "udp")
-            if tg.protocol == "TCP_UDP"
-            else (("udp",) if tg.protocol == "UDP" else ("tcp",))
-        )
+        protocols = TRAFFIC_PROTOCOLS.get(tg.protocol.upper(), ("tcp",))
         health = int(tg.health_check_port) if tg.health_check_port.isdigit() else None
         for target in tg.targets:
             if target.group_ids:

@@ -70,23 +70,17 @@ class BrakeReleases:
 
     def held(self) -> list[HeldRevokes]:
         """Every set held within the last day, newest first (a scan: the table is small)."""
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "FilterExpression": "begins_with(group_id, :held) AND lease_expires_at > :now",
-            "ExpressionAttributeValues": {
+        pages = self.dynamodb.get_paginator("scan").paginate(
+            TableName=self.table,
+            FilterExpression="begins_with(group_id, :held) AND lease_expires_at > :now",
+            ExpressionAttributeValues={
                 ":held": {"S": HELD_PREFIX},
                 ":now": {"N": str(int(self.clock()))},
             },
-            "ConsistentRead": True,
-        }
+            ConsistentRead=True,
+        )
         with typed_aws_errors():
-            while True:
-                page = self.dynamodb.scan(**kwargs)
-                items += page.get("Items", [])
-                if "LastEvaluatedKey" not in page:
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            items = [item for page in pages for item in page.get("Items", [])]
         return sorted((_held(item) for item in items), key=lambda h: (-h.held_at, h.fingerprint))
 
     def release(self, fingerprint: str, by: str) -> HeldRevokes:

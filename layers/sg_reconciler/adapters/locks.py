@@ -92,19 +92,13 @@ class GroupLocks:
     def release_held_by(self, holder: str) -> list[str]:
         """Delete every lock `holder` still has (a stopped execution's), wherever it is: a scan,
         since a stopped execution cannot say which groups it held; the table is small."""
-        request: dict[str, Any] = {
-            "TableName": self.table,
-            "FilterExpression": "holder = :me",
-            "ExpressionAttributeValues": {":me": {"S": holder}},
-            "ProjectionExpression": "group_id",
-            "ConsistentRead": True,
-        }
-        held: list[str] = []
+        pages = self.dynamodb.get_paginator("scan").paginate(
+            TableName=self.table,
+            FilterExpression="holder = :me",
+            ExpressionAttributeValues={":me": {"S": holder}},
+            ProjectionExpression="group_id",
+            ConsistentRead=True,
+        )
         with typed_aws_errors():
-            while True:
-                page = self.dynamodb.scan(**request)
-                held += [item["group_id"]["S"] for item in page.get("Items", [])]
-                if "LastEvaluatedKey" not in page:
-                    break
-                request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            held = [item["group_id"]["S"] for page in pages for item in page.get("Items", [])]
         return self.release(held, holder)

@@ -125,13 +125,10 @@ class PlanStore:
         }
         if keys_only:
             request["ProjectionExpression"] = "#part"
-        while True:
-            with typed_aws_errors():
-                page = self.dynamodb.query(**request)
-            yield from page.get("Items", [])
-            if "LastEvaluatedKey" not in page:
-                return
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        pages = self.dynamodb.get_paginator("query").paginate(**request)
+        with typed_aws_errors():
+            for page in pages:
+                yield from page.get("Items", [])
 
 
 def _part(prefix: str, index: int) -> str:

@@ -48,11 +48,17 @@ def net_removals(
     plan: Plan, current: Sequence[Rule], desired: Sequence[Rule], owner: str
 ) -> list[Rule]:
     """Owned rules the plan revokes or rewrites whose traffic the group's new rules do not allow."""
-    gone = {i for s in plan.steps if isinstance(s, Revoke) for i in s.rule_ids}
-    gone |= {s.rule_id for s in plan.steps if isinstance(s, Modify) and _moves(s, current)}
+    gone = _taken_away(plan, current)
     bounds = group_bounds(current, desired, owner)
     removed = [r for r in current if r.rule_id in gone]
     return [r for r in removed if Traffic.of([r]) - Traffic.of(bounds[r.group_id].new_keys)]
+
+
+def _taken_away(plan: Plan, current: Sequence[Rule]) -> set[str]:
+    """Ids of the rules the plan revokes or rewrites into other traffic."""
+    gone = {i for s in plan.steps if isinstance(s, Revoke) for i in s.rule_ids}
+    gone |= {s.rule_id for s in plan.steps if isinstance(s, Modify) and _moves(s, current)}
+    return gone
 
 
 def _moves(step: Modify, current: Sequence[Rule]) -> bool:
@@ -111,8 +117,7 @@ def check_lookup_misses(
 ) -> BrakeVerdict | None:
     """Hold the revokes when one could take away a port an unresolved target needs in its
     VPC: its group is unknown, so a lookup miss must never read as "nobody needs this"."""
-    gone = {i for s in plan.steps if isinstance(s, Revoke) for i in s.rule_ids}
-    gone |= {s.rule_id for s in plan.steps if isinstance(s, Modify) and _moves(s, current)}
+    gone = _taken_away(plan, current)
     at_risk: list[str] = []
     targets: dict[str, None] = {}
     for rule in (r for r in current if r.rule_id in gone):
