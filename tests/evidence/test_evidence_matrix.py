@@ -71,6 +71,7 @@ from evidence.evidence_kit import (
 )
 from sg_reconciler.core.plan import Modify, Plan
 from sg_reconciler.policy import parse_policy
+from sg_reconciler.reconcile import LivePlan
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import LocalRuntime
@@ -185,6 +186,22 @@ class Stage:
     port: int = 32500
 
 
+def next_change(stage: Stage, policy: str) -> LivePlan:
+    """Converge under `policy`, then the next #3639 change: the previous scenario's Service
+    goes, a new one gets a NodePort 10 above it. Returns the plan it needs."""
+    world = stage.world
+    set_policy(world, policy)
+    assert converge(world), "the world must start converged"
+    previous = stage.port
+    stage.port += 10
+    if previous in world.target_groups:
+        drop_service(world, previous)
+    world.add_service(stage.port)
+    live = live_plan(world)
+    assert isinstance(live.result, Plan) and live.result.steps
+    return live
+
+
 @pytest.fixture(scope="module")
 def stage() -> Iterator[Stage]:
     quiet_handlers()
@@ -202,15 +219,7 @@ def test_fault_matrix(stage: Stage, scenario: Scenario, monkeypatch: pytest.Monk
     started = time.monotonic()
     # Given a converged world and a new Service whose NodePort is above every other one
     quota_bound = scenario.operation == "ModifySecurityGroupRules"
-    set_policy(world, policy_doc(world, quota=1) if quota_bound else stage.base_policy)
-    assert converge(world), "the world must start converged"
-    previous = stage.port
-    stage.port += 10
-    if previous in world.target_groups:
-        drop_service(world, previous)
-    world.add_service(stage.port)
-    live = live_plan(world)
-    assert isinstance(live.result, Plan) and live.result.steps
+    live = next_change(stage, policy_doc(world, quota=1) if quota_bound else stage.base_policy)
     if quota_bound:
         assert any(isinstance(s, Modify) for s in live.result.steps), live.result.to_dict()
     before = {(r.key, r.rule_id) for r in world.node_rules()}
@@ -366,15 +375,7 @@ def test_world_moves_under_the_plan(stage: Stage, move: WorldMove) -> None:
     world, runtime = stage.world, stage.world.runtime
     started = time.monotonic()
     # Given a converged world and a new Service whose NodePort is above every other one
-    set_policy(world, stage.base_policy)
-    assert converge(world), "the world must start converged"
-    previous = stage.port
-    stage.port += 10
-    if previous in world.target_groups:
-        drop_service(world, previous)
-    world.add_service(stage.port)
-    live = live_plan(world)
-    assert isinstance(live.result, Plan) and live.result.steps
+    live = next_change(stage, stage.base_policy)
     # When the world moves during the change
     fired: list[str] = []
     with monitor_for(world, live.desired) as watch:

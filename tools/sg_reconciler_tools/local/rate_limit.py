@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from sg_reconciler.adapters import pacing
-
 from sg_reconciler_tools.local import moto_hooks
-from sg_reconciler_tools.local.runtime import LocalRuntime
+from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
 
 WRITES = ("AuthorizeSecurityGroupIngress", "RevokeSecurityGroupIngress", "ModifySecurityGroupRules")
 
@@ -64,7 +62,6 @@ class Ec2RateLimit:
         self._last = 0.0
         self._lock = threading.Lock()
         self._patches: list[moto_hooks.Patch] = []
-        self._saved: tuple[Any, Any] | None = None
 
     # The simulated clock -----------------------------------------------------------------
 
@@ -109,9 +106,8 @@ class Ec2RateLimit:
     # Install and undo ---------------------------------------------------------------------
 
     def __enter__(self) -> Ec2RateLimit:
-        self._saved = (pacing.clock, pacing.sleep)
-        pacing.clock, pacing.sleep = self.now, self.sleep
         try:
+            self._patches.append(patch_pacer(self.sleep, self.now))
             for operation in WRITES:
                 self._patches.append(
                     moto_hooks.intercept_api_call(
@@ -138,6 +134,3 @@ class Ec2RateLimit:
         for patch in reversed(self._patches):
             patch.undo()
         self._patches = []
-        if self._saved is not None:
-            pacing.clock, pacing.sleep = self._saved
-            self._saved = None

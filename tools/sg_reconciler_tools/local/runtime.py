@@ -135,6 +135,7 @@ class LocalRuntime:
         self._mock: Any = None
         self._stopping = False
         self._deliveries = 0  # status-change events being delivered right now
+        self._status_targets: list[tuple[str, dict[str, Any]]] = []  # functions, patterns
         self._delivering = threading.Condition()
         self._patches: list[moto_hooks.Patch] = []
         self._saved_environment: dict[str, str | None] = {}
@@ -173,7 +174,9 @@ class LocalRuntime:
             self._patches = [
                 moto_hooks.patch_wait_states(self.waits),
                 moto_hooks.patch_retry_sleep(self.retry_sleeps),
-                self._patch_pacer_sleep(),
+                # The steps' pacer records its waits instead of sleeping, as Retry and Wait
+                # do here (`Ec2RateLimit` makes them take simulated time).
+                patch_pacer(self.pacer_sleeps),
             ]
             if self.ec2_fidelity:
                 self._patches += moto_hooks.patch_ec2_fidelity()
@@ -183,17 +186,6 @@ class LocalRuntime:
         except BaseException:
             self.stop()
             raise
-
-    def _patch_pacer_sleep(self) -> moto_hooks.Patch:
-        """The steps' pacer records its waits instead of sleeping, as Retry and Wait do here
-        (`Ec2RateLimit` makes them take simulated time)."""
-        saved = pacing.sleep
-        pacing.sleep = self.pacer_sleeps
-
-        def undo() -> None:
-            pacing.sleep = saved
-
-        return moto_hooks.Patch("sg_reconciler.adapters.pacing.sleep", undo)
 
     def stop(self) -> None:
         with self._delivering:
@@ -408,6 +400,7 @@ class LocalRuntime:
             self._create_state_machine(logical_id)
         for logical_id in self.template.of_type(*RULE_TYPES):
             self._create_rule(logical_id)
+        self._status_targets = self._function_rules()
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
 
     def _status_changed(self, execution: Any) -> None:
@@ -589,6 +582,21 @@ class LocalRuntime:
         if targets:
             bus = {"EventBusName": request["EventBusName"]} if "EventBusName" in request else {}
             self.clients.events.put_targets(Rule=name, Targets=targets, **bus)
+
+
+def patch_pacer(
+    sleep: Callable[[float], None], clock: Callable[[], float] | None = None
+) -> moto_hooks.Patch:
+    """Run the steps' pacer (`sg_reconciler.adapters.pacing`) on another sleep and clock."""
+    saved = pacing.clock, pacing.sleep
+    pacing.sleep = sleep
+    if clock is not None:
+        pacing.clock = clock
+
+    def undo() -> None:
+        pacing.clock, pacing.sleep = saved
+
+    return moto_hooks.Patch("sg_reconciler.adapters.pacing", undo)
 
 
 def status_change_event(execution: Any) -> dict[str, Any]:
