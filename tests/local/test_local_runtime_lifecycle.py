@@ -60,11 +60,16 @@ def test_running_executions_are_aborted_before_the_mock_stops() -> None:
         (steps,) = [spec for spec in local.functions if spec.logical_id == "StepsFunction"]
         document = {"request_id": "blocked", "flaky_failures": 0, "groups": [], "fail": False}
         arn = local.start_execution("ApplyStateMachine", document)
+        # Until the handler module has run far enough to define BLOCKED (it is in sys.modules
+        # while it still executes), then until its call is waiting, not before.
         deadline = time.monotonic() + 10
-        while module_name(steps) not in sys.modules and time.monotonic() < deadline:
-            time.sleep(0.01)  # until the handler module is loaded...
-        handler = sys.modules[module_name(steps)]
-        assert handler.BLOCKED.wait(timeout=10)  # ...and its call is waiting, not before
+        handler = None
+        while time.monotonic() < deadline:
+            handler = sys.modules.get(module_name(steps))
+            if getattr(handler, "BLOCKED", None) is not None:
+                break
+            time.sleep(0.01)
+        assert handler is not None and handler.BLOCKED.wait(timeout=10)
         release = handler.RELEASE
         try:
             aborted = local.abort_running()
