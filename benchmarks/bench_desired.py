@@ -39,10 +39,11 @@ from sg_reconciler.core.inventory import (
     SecurityGroup,
     Target,
     TargetGroup,
+    tags_of,
 )
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import MANAGED_TAG, Policy, parse_policy
 from sg_reconciler.reconcile import LivePlan, plan_from_inventory
 
 NODEPORTS = (30000, 32767)
@@ -94,6 +95,7 @@ def generate(
                 f"k8s-{c}-{lb_i}",
                 "network",
                 (backend,),
+                tags=tags_of(MANAGED_TAG),  # what the reader keeps: the selected ones
             )
             lbs.append(lb)
             for t in range(tgs_per_lb):

@@ -64,6 +64,11 @@ class NotYetVisible(ReconcilerError):
     """Rules just written are not yet visible to describe (eventual consistency): retry."""
 
 
+class RuleChanged(ReconcilerError):
+    """A rule a step adopts is gone or no longer the planned rule: not retried, the execution
+    rolls back and the next run plans from what is there."""
+
+
 class AuthorizeFailed(ReconcilerError):
     """A group's authorize calls failed (after their retries): the execution rolls back."""
 

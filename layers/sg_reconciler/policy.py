@@ -18,7 +18,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sg_reconciler.core.brake import DEFAULT_MAX_REVOKE_PERCENT, DEFAULT_MIN_REVOKES
-from sg_reconciler.core.desired import DesiredSettings
+from sg_reconciler.core.desired import Binding as CoreBinding
+from sg_reconciler.core.desired import DesiredSettings, disagreement
+from sg_reconciler.core.inventory import tags_of
 from sg_reconciler.core.rules import (
     DEFAULT_MAX_RULES_PER_GROUP,
     DEFAULT_OWNER,
@@ -34,6 +36,9 @@ GROUP_ID_PATTERN = r"^sg-[0-9a-f]{8,17}$"
 # Tag values and EC2 rule descriptions both accept these characters.
 OWNER_PATTERN = r"^[A-Za-z0-9 ._:/=+@-]{1,128}$"
 MANAGED_TAG = {"sg-reconciler/managed": "true"}
+# What the AWS Load Balancer Controller writes on the backend rules it shares between
+# target group bindings, and recognises its own rules by.
+LBC_SHARED_DESCRIPTION = "elbv2.k8s.aws/targetGroupBinding=shared"
 
 
 class PolicyError(ValueError):
@@ -56,11 +61,13 @@ class LoadBalancerSelector(_Strict):
 
 
 class RuleSource(_Strict):
-    kind: Literal["load_balancer_groups", "backend_group"] = Field(
+    kind: Literal["load_balancer_groups", "backend_group", "load_balancer_addresses"] = Field(
         default="load_balancer_groups",
         description=(
-            "Where the traffic comes from: each load balancer's own security groups, or one "
-            "shared backend group (the AWS Load Balancer Controller's backend security group)."
+            "Where the traffic comes from: each load balancer's own security groups; one "
+            "shared backend group (the AWS Load Balancer Controller's backend security group); "
+            "or, for Network Load Balancers without security groups, their addresses (their "
+            "subnets' CIDRs) and, when client IP preservation is on, the clients' CIDRs."
         ),
     )
     group_id: str | None = Field(
@@ -68,23 +75,46 @@ class RuleSource(_Strict):
         pattern=GROUP_ID_PATTERN,
         description="The backend group; required with kind backend_group, forbidden otherwise.",
     )
+    client_cidrs: list[str] | None = Field(
+        default=None,
+        max_length=60,
+        description=(
+            "Clients admitted when a target group preserves client addresses (kind "
+            "load_balancer_addresses only). Unset: an internal load balancer's VPC CIDRs, and "
+            "nothing for an internet-facing one (declare 0.0.0.0/0 and ::/0 to admit anyone)."
+        ),
+    )
+
+    @field_validator("client_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str] | None) -> list[str] | None:
+        for cidr in value or ():
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not an IPv4 or IPv6 CIDR") from None
+        return value
 
     @model_validator(mode="after")
     def _group_matches_kind(self) -> RuleSource:
         if self.kind == "backend_group" and self.group_id is None:
             raise ValueError("group_id is required when kind is backend_group")
-        if self.kind == "load_balancer_groups" and self.group_id is not None:
+        if self.kind != "backend_group" and self.group_id is not None:
             raise ValueError("group_id is only allowed when kind is backend_group")
+        if self.kind != "load_balancer_addresses" and self.client_cidrs is not None:
+            raise ValueError("client_cidrs is only allowed when kind is load_balancer_addresses")
         return self
 
 
 class Destination(_Strict):
-    kind: Literal["target_enis", "named_groups", "tagged_groups"] = Field(
+    kind: Literal["target_enis", "named_groups", "tagged_groups", "cluster_group"] = Field(
         default="target_enis",
         description=(
             "Which groups receive the rules: every group of each target's network interface; "
-            "the listed groups (nodes' groups, no instance reads); or, of each target's "
-            "interface groups, those carrying the tag (as the LBC picks the cluster's group)."
+            "the listed groups (nodes' groups, no instance reads); of each target's interface "
+            "groups, those carrying the tag; or, as the AWS Load Balancer Controller chooses, "
+            "the interface's only group, else its one group tagged "
+            "kubernetes.io/cluster/<cluster_name> (several or none: an error, rules held)."
         ),
     )
     group_ids: list[str] = Field(
@@ -101,6 +131,12 @@ class Destination(_Strict):
         default=None,
         max_length=256,
         description="Tag value for kind tagged_groups; unset matches any value.",
+    )
+
+    cluster_name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$",
+        description="The EKS cluster's name for kind cluster_group.",
     )
 
     @field_validator("group_ids")
@@ -121,6 +157,10 @@ class Destination(_Strict):
             raise ValueError("tag_key is required when kind is tagged_groups")
         if self.kind != "tagged_groups" and (self.tag_key or self.tag_value):
             raise ValueError("tag_key and tag_value are only allowed when kind is tagged_groups")
+        if self.kind == "cluster_group" and self.cluster_name is None:
+            raise ValueError("cluster_name is required when kind is cluster_group")
+        if self.kind != "cluster_group" and self.cluster_name is not None:
+            raise ValueError("cluster_name is only allowed when kind is cluster_group")
         return self
 
 
@@ -200,15 +240,9 @@ class Brake(_Strict):
     )
 
 
-class Policy(_Strict):
-    owner: str = Field(
-        default=DEFAULT_OWNER,
-        pattern=OWNER_PATTERN,
-        description=(
-            "Value of the sg-reconciler/owner tag on every rule this deployment owns. In AWS "
-            "the stack sets it (OwnerName); a policy that names another owner is refused."
-        ),
-    )
+class _BindingFields(_Strict):
+    """What a binding says; the single-binding form puts these at the policy's top level."""
+
     load_balancers: LoadBalancerSelector = Field(
         default_factory=LoadBalancerSelector, description="Which load balancers are managed."
     )
@@ -228,6 +262,58 @@ class Policy(_Strict):
         description=(
             "Most rules per (group, peer, protocol); more needed ports are covered by the "
             "fewest extra ports (the LBC uses 1: one min..max range)."
+        ),
+    )
+
+    def matches(self, tags: dict[str, str]) -> bool:
+        """Whether a load balancer with these tags is selected by this binding."""
+        return all(
+            key in tags and (want == "*" or tags[key] == want)
+            for key, want in self.load_balancers.tags.items()
+        )
+
+    def to_core(self, name: str) -> CoreBinding:
+        source, destination = self.rule_source, self.destination
+        cidrs = source.client_cidrs
+        return CoreBinding(
+            name=name,
+            load_balancer_tags=tags_of(self.load_balancers.tags),
+            source=source.kind,
+            backend_group=source.group_id,
+            client_cidrs=None if cidrs is None else tuple(cidrs),
+            destination=destination.kind,
+            named_groups=tuple(destination.group_ids),
+            tag_key=destination.tag_key,
+            tag_value=destination.tag_value,
+            cluster_name=destination.cluster_name,
+            include_health_checks=self.include_health_checks,
+            rule_budget=self.rule_budget,
+        )
+
+
+class Binding(_BindingFields):
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="A name for messages and plans, unique in the policy (e.g. the cluster).",
+    )
+
+
+class Policy(_BindingFields):
+    owner: str = Field(
+        default=DEFAULT_OWNER,
+        pattern=OWNER_PATTERN,
+        description=(
+            "Value of the sg-reconciler/owner tag on every rule this deployment owns. In AWS "
+            "the stack sets it (OwnerName); a policy that names another owner is refused."
+        ),
+    )
+    bindings: list[Binding] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "Several sets of load balancers, each with its own source and destination (e.g. "
+            "one per cluster). Unset: one binding named default, from the top-level "
+            "load_balancers, rule_source, destination, include_health_checks and rule_budget."
         ),
     )
     quota: int | None = Field(
@@ -251,6 +337,16 @@ class Policy(_Strict):
         description="Wait between authorizing new rules and revoking stale ones.",
     )
     brake: Brake = Field(default_factory=Brake, description="The brake on mass revocation.")
+    adopt_descriptions: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description=(
+            "Unmanaged rules with one of these descriptions are taken over when they are "
+            "exactly a desired rule: tagged with the owner and given this deployment's "
+            "description in place, so a hand-over never removes a rule first. For the AWS "
+            "Load Balancer Controller: elbv2.k8s.aws/targetGroupBinding=shared."
+        ),
+    )
     static_rules: list[StaticRule] = Field(
         default_factory=list,
         description="Rules with explicit ports, kept as declared; derived ports they cover are not added.",
@@ -258,6 +354,13 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> Policy:
+        if self.bindings is not None:
+            single = sorted(set(_BindingFields.model_fields) & self.model_fields_set)
+            if single:
+                raise ValueError(
+                    f"{', '.join(single)} belong inside each binding when bindings is set"
+                )
+            _check_bindings(self.bindings)
         if self.quota is not None and self.quota_headroom >= self.quota:
             raise ValueError(
                 f"quota_headroom {self.quota_headroom} leaves no room under quota {self.quota}"
@@ -305,26 +408,65 @@ class Policy(_Strict):
             )
         return self.model_copy(update={"owner": owner})
 
+    def in_effect(self) -> list[tuple[str, _BindingFields]]:
+        """The bindings by name; the single-binding form is one binding named default."""
+        if self.bindings is None:
+            return [("default", self)]
+        return [(b.name, b) for b in self.bindings]
+
     def desired_settings(self) -> DesiredSettings:
         """The pure-core view of the policy."""
         return DesiredSettings(
             owner=self.owner,
-            backend_group=self.rule_source.group_id,
-            destination=self.destination.kind,
-            named_groups=tuple(self.destination.group_ids),
-            tag_key=self.destination.tag_key,
-            tag_value=self.destination.tag_value,
-            include_health_checks=self.include_health_checks,
-            rule_budget=self.rule_budget,
+            bindings=tuple(fields.to_core(name) for name, fields in self.in_effect()),
             static_rules=tuple(s.to_rule(self.owner) for s in self.static_rules),
         )
 
     def selects(self, tags: dict[str, str]) -> bool:
-        """Whether a load balancer with these tags is managed."""
-        return all(
-            key in tags and (want == "*" or tags[key] == want)
-            for key, want in self.load_balancers.tags.items()
-        )
+        """Whether a load balancer with these tags is managed (by any binding)."""
+        return any(fields.matches(tags) for _, fields in self.in_effect())
+
+    def adopts(self, rule: Rule) -> bool:
+        """Whether an unmanaged rule may be taken over (when it is exactly a desired rule)."""
+        return bool(rule.description) and rule.description in self.adopt_descriptions
+
+    @property
+    def named_groups(self) -> set[str]:
+        """Groups some binding names as its destination."""
+        return {g for _, f in self.in_effect() for g in f.destination.group_ids}
+
+    @property
+    def backend_groups(self) -> set[str]:
+        """Groups some binding names as its rule source."""
+        return {f.rule_source.group_id for _, f in self.in_effect() if f.rule_source.group_id}
+
+
+def _check_bindings(bindings: list[Binding]) -> None:
+    """Refuse what can be seen before reading the account: a name used twice, and two
+    bindings that give one group rules from one backend group but shape them differently
+    (the same check runs on what the account shows, naming both: core.desired)."""
+    names: dict[str, int] = {}
+    for index, binding in enumerate(bindings):
+        if binding.name in names:
+            raise ValueError(
+                f"bindings.{index}: name {binding.name!r} is already used by "
+                f"bindings.{names[binding.name]}"
+            )
+        names[binding.name] = index
+    claimed: dict[tuple[str, str], Binding] = {}
+    for binding in bindings:
+        backend = binding.rule_source.group_id
+        if backend is None or binding.destination.kind != "named_groups":
+            continue
+        for group in binding.destination.group_ids:
+            first = claimed.setdefault((group, backend), binding)
+            conflict = disagreement(
+                first.to_core(first.name),
+                binding.to_core(binding.name),
+                f"rules in {group} from {backend}",
+            )
+            if conflict:
+                raise ValueError(conflict)
 
 
 def _one_line(err: ValidationError) -> str:

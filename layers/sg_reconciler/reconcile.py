@@ -15,18 +15,17 @@ from sg_reconciler.adapters.inventory import read_inventory
 from sg_reconciler.core.brake import (
     BrakeFacts,
     BrakeVerdict,
-    LookupMiss,
     check_brake,
     check_lookup_misses,
     hold_revokes,
 )
 from sg_reconciler.core.desired import (
-    TRAFFIC_PROTOCOLS,
     DesiredState,
+    DesiredStateError,
     compute_desired,
     touched_groups,
 )
-from sg_reconciler.core.inventory import Inventory, SecurityGroup
+from sg_reconciler.core.inventory import Inventory
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.quota import Limits
@@ -52,7 +51,8 @@ class LivePlan:
     brake: BrakeVerdict | None = None  # set when the brake held (or a release let go) revokes
     released: bool = False  # an operator released this exact set of revocations
     unreached: tuple[str, ...] = ()  # groups with owned rules the policy does not reach
-    names: Mapping[str, str] = field(default_factory=dict)  # group id -> Name tag or GroupName
+    # group id -> Name tag or GroupName, for the groups in play and the groups they admit
+    names: Mapping[str, str] = field(default_factory=dict)
 
     def needed_by(self, rule: Rule) -> tuple[str, ...]:
         """What needs a desired rule (target groups and their load balancers, static rules)."""
@@ -86,7 +86,10 @@ def plan_from_inventory(
     (another VPC) are reported and never touched (invariant 10). `released` says whether an
     operator released the brake for a set of revocations (invariant 12)."""
     quota = policy.rule_quota(inventory.account_rule_quota)
-    state = compute_desired(inventory, policy.desired_settings())
+    try:
+        state = compute_desired(inventory, policy.desired_settings())
+    except DesiredStateError as err:  # two bindings disagree: nothing is safe to change
+        return LivePlan(Refusal(f"policy: {err}"), [], [], [], notes=list(inventory.notes))
     unreached = _unreached(inventory, policy, state)
     in_play = ({r.group_id for r in state.rules} | set(inventory.owned_groups)) - set(unreached)
     touched = touched_groups(inventory, state, scope, policy.owner)
@@ -96,7 +99,8 @@ def plan_from_inventory(
     limits = Limits(
         quota - policy.quota_headroom, per_family=True, prefix_lists=inventory.prefix_lists
     )
-    result = make_plan(current, desired, policy.owner, limits, partial=partial)
+    adopt = policy.adopts if policy.adopt_descriptions else None
+    result = make_plan(current, desired, policy.owner, limits, partial=partial, adopt=adopt)
     notes = [*inventory.notes, *state.notes]
     notes += [
         f"{g} holds rules with this deployment's owner tag but the policy does not reach it "
@@ -118,7 +122,7 @@ def plan_from_inventory(
         missed = check_lookup_misses(
             result,
             current,
-            lookup_misses(inventory),
+            state.lookup_misses,
             {g: sg.vpc_id for g, sg in inventory.groups.items()},
         )
         if verdict is None:
@@ -144,37 +148,24 @@ def plan_from_inventory(
         brake=verdict,
         released=was_released,
         unreached=tuple(unreached),
-        names={g: _name(inventory.groups[g]) for g in sorted(groups) if g in inventory.groups},
+        names=_names(inventory, groups, desired),
     )
 
 
-def _name(group: SecurityGroup) -> str:
-    return group.tag("Name") or group.name
-
-
-def lookup_misses(inventory: Inventory) -> list[LookupMiss]:
-    """IP targets of the read whose interface was not found (no security group known)."""
-    misses = []
-    for tg in inventory.target_groups:
-        if tg.target_type != "ip":
-            continue
-        protocols = TRAFFIC_PROTOCOLS.get(tg.protocol.upper(), ("tcp",))
-        health = int(tg.health_check_port) if tg.health_check_port.isdigit() else None
-        for target in tg.targets:
-            if target.group_ids:
-                continue
-            ports = {p for p in (target.port or tg.port, health) if p is not None}
-            misses += [
-                LookupMiss(tg.vpc_id, tg.name, target.target_id, protocol, frozenset(ports))
-                for protocol in protocols
-            ]
-    return misses
+def _names(inventory: Inventory, groups: set[str], desired: list[Rule]) -> dict[str, str]:
+    """Names of the groups in play and of the groups their desired rules admit."""
+    peers = {r.key.peer.value for r in desired if r.key.peer.kind == "group"}
+    return {
+        g: sg.tag("Name") or sg.name
+        for g in sorted(groups | peers)
+        if (sg := inventory.groups.get(g)) is not None
+    }
 
 
 def _unreached(inventory: Inventory, policy: Policy, state: DesiredState) -> list[str]:
     """Groups with owned rules outside the VPCs the policy works in; none when it selects
     nothing at all (then the brake, not the scope, keeps the rules)."""
-    named = {r.group_id for r in state.rules} | set(policy.destination.group_ids)
+    named = {r.group_id for r in state.rules} | policy.named_groups
     vpcs = {lb.vpc_id for lb in inventory.load_balancers if lb.vpc_id}
     vpcs |= {inventory.groups[g].vpc_id for g in named if g in inventory.groups}
     vpcs.discard("")

@@ -20,6 +20,7 @@ from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
+    ADDING,
     PHASE_NAMES,
     Phases,
     applied_problems,
@@ -29,6 +30,7 @@ from sg_reconciler.core.phases import (
     split_phases,
 )
 from sg_reconciler.core.plan import (
+    Adopt,
     Authorize,
     Modify,
     Plan,
@@ -338,6 +340,7 @@ def summarize(plan: Plan) -> dict[str, Any]:
         "rules_authorized": sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize)),
         "rules_revoked": sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke)),
         "rules_modified": sum(1 for s in plan.steps if isinstance(s, Modify)),
+        "rules_adopted": sum(1 for s in plan.steps if isinstance(s, Adopt)),
         "calls": len(plan.steps),
         "notes": first(plan.notes),
         "refused": first(plan.refused),
@@ -390,6 +393,9 @@ def _apply_group(
         if isinstance(step, Authorize):
             ids = rules.authorize(group_id, step.rules, owner, request.plan_id)
             done.append({"action": "authorize", "rule_ids": sorted(ids.values())})
+        elif isinstance(step, Adopt):
+            rules.adopt(group_id, step.rule_id, step.rule, owner, request.plan_id)
+            done.append({"action": "adopt", "rule_ids": [step.rule_id]})
         elif isinstance(step, Revoke):
             guard = _guard(group_id, set(step.rule_ids), (), desired)
             try:
@@ -407,7 +413,7 @@ def _apply_group(
 def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
     """The group's desired rules; an item that revokes or modifies must carry them."""
     if item.desired is None:
-        if any(not isinstance(s, Authorize) for s in steps):
+        if any(not isinstance(s, ADDING) for s in steps):
             raise InvalidPlan(
                 f"the item for {item.group_id} revokes or modifies but carries no desired "
                 "rules for the live guard"
@@ -518,14 +524,22 @@ def roll_back(
             revoked += rules.revoke(group_id, ids, owner)
         except GroupNotFound:
             continue
+    handed_back = rules.hand_back(held, owner, request.plan_id) if held else []
     if lost:
         raise LockLost(
             f"rolled back {len(revoked)} rule(s) but not in {', '.join(lost)}: another execution "
             f"holds {'it' if len(lost) == 1 else 'them'} now; the new rules stay there (a safe "
             f"superset) after {failure_text(request.error)}"
         )
-    cause = (
-        f"{failure_text(request.error)} before any revoke; "
-        f"revoked the {len(revoked)} rule(s) this execution had added, the groups are as before"
+    adopted = (
+        f" and handed back the {len(handed_back)} rule(s) it had adopted" if handed_back else ""
     )
-    return {"revoked_rule_ids": sorted(revoked), "cause": cause}
+    cause = (
+        f"{failure_text(request.error)} before any revoke; revoked the {len(revoked)} rule(s) "
+        f"this execution had added{adopted}, the groups are as before"
+    )
+    return {
+        "revoked_rule_ids": sorted(revoked),
+        "handed_back_rule_ids": handed_back,
+        "cause": cause,
+    }

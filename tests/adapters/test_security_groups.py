@@ -11,7 +11,8 @@ from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from moto import mock_aws
 from sg_reconciler.adapters.security_groups import SecurityGroupRules, typed_aws_errors
 from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, rule_from_dict
-from sg_reconciler.errors import GroupNotFound, NotOwned, TransientAwsError
+from sg_reconciler.errors import GroupNotFound, NotOwned, RuleChanged, TransientAwsError
+from sg_reconciler_tools.local import moto_hooks
 
 OWNER = "sg-reconciler"
 
@@ -115,3 +116,53 @@ def test_a_missing_group_is_a_typed_error(ec2: Any, groups: tuple[str, str]) -> 
 def test_a_lost_connection_is_a_transient_error_the_state_machine_retries(error: Exception) -> None:
     with pytest.raises(TransientAwsError), typed_aws_errors():
         raise error
+
+
+@pytest.fixture
+def described_as_aws() -> Iterator[None]:
+    """moto alone prints no description on group-referencing rules; AWS does."""
+    with moto_hooks.patch_group_rule_description():
+        yield
+
+
+def test_adopt_tags_then_rewrites_in_place_is_idempotent_and_hand_back_restores_it(
+    ec2: Any, groups: tuple[str, str], described_as_aws: None
+) -> None:
+    node, lb = groups
+    theirs = ec2.authorize_security_group_ingress(
+        GroupId=node,
+        IpPermissions=[
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 80,
+                "ToPort": 80,
+                "UserIdGroupPairs": [{"GroupId": lb, "Description": "theirs=shared"}],
+            }
+        ],
+    )["SecurityGroupRules"][0]["SecurityGroupRuleId"]
+    rules = SecurityGroupRules(ec2)
+    before = rules.describe([node])
+    wanted = rule(node, lb, 80, 80, "sg-reconciler: load balancer targets")
+    for _ in range(2):  # a retried step changes nothing more
+        rules.adopt(node, theirs, wanted, OWNER, "plan-1")
+    [adopted] = rules.describe([node])
+    assert adopted.rule_id == theirs and adopted.key == wanted.key
+    assert adopted.description == wanted.description and adopted.owned_by(OWNER)
+    assert rules.hand_back([node], OWNER, "plan-2") == []  # another execution's: untouched
+    assert rules.hand_back([node], OWNER, "plan-1") == [theirs]
+    assert rules.describe([node]) == before
+
+
+def test_adopting_a_rule_that_changed_or_that_another_deployment_owns_is_refused(
+    ec2: Any, groups: tuple[str, str]
+) -> None:
+    node, lb = groups
+    rules = SecurityGroupRules(ec2)
+    ids = rules.authorize(node, [rule(node, lb, 80, 80)], "someone-else", "p")
+    [rule_id] = ids.values()
+    with pytest.raises(NotOwned, match="'someone-else' owns it"):
+        rules.adopt(node, rule_id, rule(node, lb, 80, 80), OWNER, "plan-1")
+    with pytest.raises(RuleChanged, match="now"):
+        rules.adopt(node, rule_id, rule(node, lb, 81, 81), OWNER, "plan-1")
+    with pytest.raises(RuleChanged, match="gone"):
+        rules.adopt(node, "sgr-0000000000000000", rule(node, lb, 80, 80), OWNER, "plan-1")

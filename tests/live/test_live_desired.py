@@ -8,7 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sg_reconciler.core.compaction import compact
 from sg_reconciler.core.desired import (
+    Binding,
     DesiredSettings,
+    DesiredState,
     compute_desired,
     subtract_ranges,
     touched_groups,
@@ -24,6 +26,11 @@ from sg_reconciler.core.inventory import (
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey, protocol_number
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.core.traffic import Traffic
+
+
+def desired(inventory: Inventory, *bindings: Binding) -> DesiredState:
+    return compute_desired(inventory, DesiredSettings(bindings=bindings))
+
 
 LB_SG, BACKEND, NODES, EXTRA, PODS = "sg-lb", "sg-backend", "sg-nodes", "sg-extra", "sg-pods"
 CLUSTER = "kubernetes.io/cluster/demo"
@@ -91,7 +98,7 @@ def test_traffic_and_health_ports_per_protocol() -> None:
         ),
         groups=groups(LB_SG, NODES, PODS),
     )
-    state = compute_desired(inventory, DesiredSettings(rule_budget=5))
+    state = compute_desired(inventory, DesiredSettings(bindings=(Binding(rule_budget=5),)))
     assert keys(state.rules) == {
         (NODES, "tcp", 31080, 31080, LB_SG),  # traffic and traffic-port health check
         (NODES, "udp", 31443, 31443, LB_SG),
@@ -116,15 +123,14 @@ def test_backend_group_named_and_tagged_destinations() -> None:
     assert {(r.group_id, r.key.peer.value) for r in own.rules} == {
         (g, p) for g in (NODES, EXTRA) for p in (LB_SG, BACKEND)
     }
-    backend = DesiredSettings(backend_group=BACKEND)
-    assert {r.key.peer.value for r in compute_desired(inventory, backend).rules} == {BACKEND}
+    backend = Binding(backend_group=BACKEND)
+    assert {r.key.peer.value for r in desired(inventory, backend).rules} == {BACKEND}
     tagged = replace(backend, destination="tagged_groups", tag_key=CLUSTER)
-    assert {r.group_id for r in compute_desired(inventory, tagged).rules} == {NODES}
-    wrong_value = replace(tagged, tag_value="shared")
-    state = compute_desired(inventory, wrong_value)
+    assert {r.group_id for r in desired(inventory, tagged).rules} == {NODES}
+    state = desired(inventory, replace(tagged, tag_value="shared"))
     assert state.rules == () and any("no destination group" in n for n in state.notes)
     named = replace(backend, destination="named_groups", named_groups=(EXTRA,))
-    assert {r.group_id for r in compute_desired(inventory, named).rules} == {EXTRA}
+    assert {r.group_id for r in desired(inventory, named).rules} == {EXTRA}
 
 
 def test_skipped_load_balancers_target_groups_and_missing_groups_are_noted() -> None:
@@ -159,7 +165,7 @@ def test_backend_group_missing_from_the_load_balancer_is_noted() -> None:
         target_groups=(tg("t", [web], [node("i-1")]),),
         groups=groups(LB_SG, BACKEND, NODES),
     )
-    state = compute_desired(inventory, DesiredSettings(backend_group=BACKEND))
+    state = compute_desired(inventory, DesiredSettings(bindings=(Binding(backend_group=BACKEND),)))
     assert keys(state.rules) == {(NODES, "tcp", 30000, 30000, BACKEND)}
     assert any("does not carry the backend group" in n for n in state.notes)
 
@@ -212,7 +218,7 @@ def test_every_needed_port_is_allowed_within_the_budget(
         for i, (port, protocol) in enumerate(ports)
     )
     inventory = Inventory((web,), target_groups, groups(LB_SG, NODES))
-    state = compute_desired(inventory, DesiredSettings(rule_budget=budget))
+    state = compute_desired(inventory, DesiredSettings(bindings=(Binding(rule_budget=budget),)))
     allowed = Traffic.of(state.rules)
     peer = Peer("group", LB_SG)
     needed: dict[str, set[int]] = {"tcp": set(), "udp": set()}

@@ -11,6 +11,7 @@ from moto import mock_aws
 from pydantic import BaseModel
 from sg_reconciler.core.rules import DEFAULT_OWNER, Peer
 from sg_reconciler.policy import (
+    Binding,
     Policy,
     PolicyError,
     load_policy_file,
@@ -42,7 +43,7 @@ def test_an_empty_document_is_all_defaults() -> None:
 
 
 def test_every_field_has_a_description() -> None:
-    models: list[type[BaseModel]] = [Policy]
+    models: list[type[BaseModel]] = [Policy, Binding]
     seen: set[type[BaseModel]] = set()
     while models:
         model = models.pop()
@@ -124,6 +125,29 @@ def test_json_is_accepted() -> None:
         ("rule_budget: 3\nrule_budget: 4", "duplicate key 'rule_budget'"),
         ('{"brake": {"min_revokes": 5, "min_revokes": 6}}', "duplicate key 'min_revokes'"),
         ("[" * 100_000, "nested too deeply"),
+        # bindings
+        ("bindings: []", "bindings"),
+        ("bindings: [{rule_budget: 3}]", "bindings.0.name"),
+        ("bindings: [{name: a}, {name: a}]", "name 'a' is already used by bindings.0"),
+        ("bindings: [{name: a}]\nrule_budget: 2", "rule_budget belong inside each binding"),
+        ("bindings: [{name: a, owner: x}]", "bindings.0.owner: unknown field"),
+        (
+            "bindings: [{name: a, rule_source: {kind: backend_group, group_id: sg-0123456789abcdef0},"
+            " destination: {kind: named_groups, group_ids: [sg-00000000000000001]}},"
+            " {name: b, rule_budget: 1, rule_source: {kind: backend_group,"
+            " group_id: sg-0123456789abcdef0}, destination: {kind: named_groups,"
+            " group_ids: [sg-00000000000000001]}}]",
+            "bindings 'a' and 'b' both derive rules in sg-00000000000000001 from "
+            "sg-0123456789abcdef0 but disagree (rule_budget 3 and 1",
+        ),
+        (
+            "rule_source: {kind: load_balancer_addresses, client_cidrs: [10.0.0.0/33]}",
+            "not an IPv4",
+        ),
+        ("rule_source: {client_cidrs: [10.0.0.0/8]}", "client_cidrs is only allowed"),
+        ("destination: {kind: cluster_group}", "cluster_name is required"),
+        ("destination: {cluster_name: prod}", "cluster_name is only allowed"),
+        ("destination: {kind: cluster_group, cluster_name: 'a b'}", "destination.cluster_name"),
     ],
 )
 def test_an_invalid_field_is_named_in_one_line(text: str, named: str) -> None:
@@ -165,3 +189,42 @@ def test_policy_from_ssm() -> None:
         load_policy_from_ssm(ssm, "/bad")
     with pytest.raises(PolicyError, match="ParameterNotFound"):
         load_policy_from_ssm(ssm, "/absent")
+
+
+def test_the_single_binding_form_and_a_list_of_bindings_say_the_same() -> None:
+    single = parse_policy(
+        "load_balancers: {tags: {cluster: a}}\n"
+        "rule_source: {kind: backend_group, group_id: sg-0123456789abcdef0}\n"
+        "destination: {kind: cluster_group, cluster_name: a}\nrule_budget: 2"
+    )
+    listed = parse_policy(
+        "bindings:\n"
+        "  - name: default\n"
+        "    load_balancers: {tags: {cluster: a}}\n"
+        "    rule_source: {kind: backend_group, group_id: sg-0123456789abcdef0}\n"
+        "    destination: {kind: cluster_group, cluster_name: a}\n"
+        "    rule_budget: 2"
+    )
+    assert single.desired_settings() == listed.desired_settings()
+    two = parse_policy(
+        "bindings:\n"
+        "  - {name: a, load_balancers: {tags: {cluster: a}}}\n"
+        "  - name: legacy\n"
+        "    load_balancers: {tags: {legacy: '*'}}\n"
+        "    rule_source: {kind: load_balancer_addresses, client_cidrs: ['0.0.0.0/0', '::/0']}"
+    )
+    assert two.selects({"cluster": "a"}) and two.selects({"legacy": "x"})
+    assert not two.selects({"cluster": "b"})
+    legacy = two.desired_settings().bindings[1]
+    assert (legacy.name, legacy.source, legacy.client_cidrs) == (
+        "legacy",
+        "load_balancer_addresses",
+        ("0.0.0.0/0", "::/0"),
+    )
+
+
+def test_the_bindings_example_is_a_valid_policy() -> None:
+    policy = load_policy_file(EXAMPLE.with_name("policy-bindings.yaml"))
+    names = [b.name for b in policy.desired_settings().bindings]
+    assert names == ["prod", "staging", "edge"]
+    assert policy.desired_settings().bindings[2].client_cidrs == ("203.0.113.0/24", "2001:db8::/32")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import ipaddress
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -164,6 +166,46 @@ INTERNALS = [
         "_verify_group_will_respect_rule_count_limit",
     ),
     ("moto.ec2.responses.security_groups", "SecurityGroups", "_process_rules_from_querystring"),
+    (
+        "moto.ec2.responses.elastic_network_interfaces",
+        "ElasticNetworkInterfaces",
+        "create_network_interface",
+    ),
+    (
+        "moto.ec2.responses.elastic_network_interfaces",
+        "ElasticNetworkInterfaces",
+        "assign_private_ip_addresses",
+    ),
+    (
+        "moto.ec2.responses.elastic_network_interfaces",
+        "ElasticNetworkInterfaces",
+        "unassign_private_ip_addresses",
+    ),
+    (
+        "moto.ec2.responses.elastic_network_interfaces",
+        "ElasticNetworkInterfaces",
+        "assign_ipv6_addresses",
+    ),
+    (
+        "moto.ec2.responses.elastic_network_interfaces",
+        "ElasticNetworkInterfaces",
+        "unassign_ipv6_addresses",
+    ),
+    (
+        "moto.ec2.models.elastic_network_interfaces",
+        "NetworkInterfaceBackend",
+        "get_all_network_interfaces",
+    ),
+    (
+        "moto.ec2.models.elastic_network_interfaces",
+        "NetworkInterfaceBackend",
+        "get_network_interface",
+    ),
+    ("moto.ec2.models.instances", "Instance", "network_interfaces"),
+    ("moto.ec2.models.subnets", "Subnet", "ipv6_cidr_block_association_set"),
+    ("moto.ec2.utils", None, "filter_dict_attribute_mapping"),
+    ("moto.ec2.utils", None, "passes_filter_dict"),
+    ("moto.ec2.exceptions", None, "InvalidParameterValue"),
     ("moto.ec2.models", None, "ec2_backends"),
     ("moto.core.utils", None, "camelcase_to_underscores"),
     ("moto.ec2.exceptions", None, "EC2ClientError"),
@@ -539,6 +581,507 @@ def test_the_rule_quota_is_counted_per_family_with_prefix_lists_by_max_entries(
                 IpPermissions=ports(400, 1, {"UserIdGroupPairs": [{"GroupId": node}]}),
             )
     assert len(describe(mocked, node)) == 71, "a refused authorize must leave no rule behind"
+
+
+def subnet(mocked: Mocked, vpc: str | None = None, cidr: str = "10.0.1.0/24", **kwargs: Any) -> str:
+    created = mocked.ec2.create_subnet(VpcId=vpc or mocked.vpc, CidrBlock=cidr, **kwargs)
+    return str(created["Subnet"]["SubnetId"])
+
+
+def eni(mocked: Mocked, subnet_id: str, **kwargs: Any) -> str:
+    created = mocked.ec2.create_network_interface(SubnetId=subnet_id, **kwargs)
+    return str(created["NetworkInterface"]["NetworkInterfaceId"])
+
+
+def enis(mocked: Mocked, **filters: str | list[str]) -> dict[str, dict[str, Any]]:
+    """Interfaces by id; filters by name, `_` for `-` and `__` for `.`."""
+    found = mocked.ec2.describe_network_interfaces(Filters=filter_list(filters))
+    return {i["NetworkInterfaceId"]: i for i in found["NetworkInterfaces"]}
+
+
+def filter_list(filters: dict[str, str | list[str]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "Name": key.replace("__", ".").replace("_", "-"),
+            "Values": [value] if isinstance(value, str) else value,
+        }
+        for key, value in filters.items()
+    ]
+
+
+AMI = "ami-12c6146b"
+IPV4_PREFIX_FILTER = "network-interface.ipv4-prefixes.ipv4-prefix"
+IPV6_PREFIX_FILTER = "network-interface.ipv6-prefixes.ipv6-prefix"
+
+
+def launch(mocked: Mocked, subnet_id: str, **kwargs: Any) -> tuple[str, str]:
+    """Run one instance in the subnet; its id and its primary interface's id."""
+    (instance,) = mocked.ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, SubnetId=subnet_id, **kwargs
+    )["Instances"]
+    return str(instance["InstanceId"]), str(instance["NetworkInterfaces"][0]["NetworkInterfaceId"])
+
+
+def instances(
+    mocked: Mocked,
+    ipv4: str | list[str] | None = None,
+    ipv6: str | list[str] | None = None,
+    instance_ids: list[str] | None = None,
+    **filters: str | list[str],
+) -> dict[str, dict[str, Any]]:
+    """DescribeInstances' instances by id, filtered by delegated prefix and other filters
+    (`vpc_id` is the `vpc-id` filter), as the inventory reader looks pods up."""
+    by_prefix = {IPV4_PREFIX_FILTER: ipv4, IPV6_PREFIX_FILTER: ipv6}
+    wanted = [
+        {"Name": name, "Values": [value] if isinstance(value, str) else value}
+        for name, value in by_prefix.items()
+        if value is not None
+    ]
+    request: dict[str, Any] = {"Filters": wanted + filter_list(filters)}
+    if instance_ids:
+        request["InstanceIds"] = instance_ids
+    reservations = mocked.ec2.describe_instances(**request)["Reservations"]
+    return {i["InstanceId"]: i for r in reservations for i in r["Instances"]}
+
+
+def interfaces(instance: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {i["NetworkInterfaceId"]: i for i in instance["NetworkInterfaces"]}
+
+
+def prefixes(interface: dict[str, Any]) -> tuple[list[str], list[str]]:
+    return (
+        [item["Ipv4Prefix"] for item in interface.get("Ipv4Prefixes", [])],
+        [item["Ipv6Prefix"] for item in interface.get("Ipv6Prefixes", [])],
+    )
+
+
+V6 = "2600:1f14:abcd:1200:1234::/80"
+
+
+def test_moto_alone_neither_keeps_nor_filters_eni_prefixes(mocked: Mocked) -> None:
+    """The gap the patch closes; when this fails, moto models prefixes and the patch can go."""
+    from moto.ec2.exceptions import FilterNotImplementedError
+
+    instance, primary = launch(mocked, subnet(mocked))
+    mocked.ec2.assign_private_ip_addresses(
+        NetworkInterfaceId=primary, Ipv4Prefixes=["10.0.1.32/28"]
+    )
+    mocked.ec2.assign_ipv6_addresses(NetworkInterfaceId=primary, Ipv6Prefixes=[V6])
+    assert prefixes(enis(mocked)[primary]) == ([], [])
+    assert prefixes(interfaces(instances(mocked)[instance])[primary]) == ([], [])
+    with pytest.raises(NotImplementedError):
+        instances(mocked, ipv4="10.0.1.32/28")
+    with pytest.raises(NotImplementedError):
+        instances(mocked, ipv6=V6)
+    with pytest.raises(FilterNotImplementedError):
+        enis(mocked, ipv4_prefix_set__ipv4_prefix="10.0.1.32/28")
+
+
+def test_assigned_eni_prefixes_are_described_as_aws_prints_them(mocked: Mocked) -> None:
+    net = subnet(mocked)
+    node, other = eni(mocked, net), eni(mocked, net)
+    with moto_hooks.patch_eni_delegated_prefixes():
+        v4 = mocked.ec2.assign_private_ip_addresses(
+            NetworkInterfaceId=node, Ipv4Prefixes=["10.0.1.32/28"]
+        )
+        v6 = mocked.ec2.assign_ipv6_addresses(
+            NetworkInterfaceId=node, Ipv6Prefixes=["2600:1F14:ABCD:1200:1234:0:0:0/80"]
+        )
+        described = enis(mocked)
+    assert prefixes(described[node]) == (["10.0.1.32/28"], [V6]), (
+        "patch_eni_delegated_prefixes: NetworkInterface.ipv4_prefixes / ipv6_prefixes not "
+        "rendered, or the IPv6 prefix not normalised"
+    )
+    assert "Ipv4Prefixes" not in described[other] and "Ipv6Prefixes" not in described[other]
+    assert v4["AssignedIpv4Prefixes"] == [{"Ipv4Prefix": "10.0.1.32/28"}]
+    assert v6["AssignedIpv6Prefixes"] == [V6]
+
+
+def test_describe_instances_shows_the_prefixes_of_attached_interfaces(mocked: Mocked) -> None:
+    vpc = mocked.ec2.create_vpc(CidrBlock="10.1.0.0/16", AmazonProvidedIpv6CidrBlock=True)["Vpc"]
+    block = ipaddress.ip_network(vpc["Ipv6CidrBlockAssociationSet"][0]["Ipv6CidrBlock"])
+    v6_subnet = next(block.subnets(new_prefix=64))
+    net = subnet(mocked, vpc["VpcId"], "10.1.1.0/24", Ipv6CidrBlock=str(v6_subnet))
+    v6 = str(list(itertools.islice(v6_subnet.subnets(new_prefix=80), 2))[1])
+    group = mocked.ec2.create_security_group(
+        GroupName="pods", Description="pods", VpcId=vpc["VpcId"]
+    )["GroupId"]
+    with moto_hooks.patch_eni_delegated_prefixes():
+        instance, primary = launch(mocked, net, SecurityGroupIds=[group])
+        bystander, _ = launch(mocked, net)
+        mocked.ec2.assign_private_ip_addresses(
+            NetworkInterfaceId=primary, Ipv4Prefixes=["10.1.1.32/28"]
+        )
+        second = eni(mocked, net, Groups=[group], Ipv6Prefixes=[{"Ipv6Prefix": v6}])
+        loose = eni(mocked, net, Ipv4Prefixes=[{"Ipv4Prefix": "10.1.1.64/28"}])
+        mocked.ec2.attach_network_interface(
+            NetworkInterfaceId=second, InstanceId=instance, DeviceIndex=1
+        )
+        described = instances(mocked)
+        attached = interfaces(described[instance])
+        assert set(attached) == {primary, second}
+        assert prefixes(attached[primary]) == (["10.1.1.32/28"], []), (
+            "patch_eni_delegated_prefixes: DescribeInstances does not render "
+            "NetworkInterface.ipv4_prefixes through Instance.network_interfaces"
+        )
+        assert prefixes(attached[second]) == ([], [v6]), "an attached interface's IPv6 prefix"
+        assert all(
+            i["Groups"] == [{"GroupId": group, "GroupName": "pods"}] for i in attached.values()
+        )
+        assert all(prefixes(i) == ([], []) for i in described[bystander]["NetworkInterfaces"])
+        assert loose not in {i for d in described.values() for i in interfaces(d)}
+
+        mocked.ec2.detach_network_interface(
+            AttachmentId=attached[second]["Attachment"]["AttachmentId"]
+        )
+        assert set(interfaces(instances(mocked)[instance])) == {primary}
+        assert instances(mocked, ipv6=v6) == {}, "a detached interface's prefix left behind"
+
+
+def test_instance_prefix_filters_find_only_the_holder(mocked: Mocked) -> None:
+    net = subnet(mocked)
+    elsewhere = subnet(mocked, mocked.ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"])
+    with moto_hooks.patch_eni_delegated_prefixes():
+        holder, primary = launch(mocked, net)
+        mocked.ec2.assign_private_ip_addresses(
+            NetworkInterfaceId=primary, Ipv4Prefixes=["10.0.1.32/28", "10.0.1.48/28"]
+        )
+        second = eni(mocked, net, Ipv6Prefixes=[{"Ipv6Prefix": V6}])
+        mocked.ec2.attach_network_interface(
+            NetworkInterfaceId=second, InstanceId=holder, DeviceIndex=1
+        )
+        neighbour, neighbour_eni = launch(mocked, net)
+        mocked.ec2.assign_private_ip_addresses(
+            NetworkInterfaceId=neighbour_eni, Ipv4Prefixes=["10.0.1.64/28"]
+        )
+        twin, twin_eni = launch(mocked, elsewhere)
+        mocked.ec2.assign_private_ip_addresses(
+            NetworkInterfaceId=twin_eni, Ipv4Prefixes=["10.0.1.32/28"]
+        )
+        launch(mocked, net)  # no prefix at all
+        eni(mocked, net, Ipv4Prefixes=[{"Ipv4Prefix": "10.0.1.80/28"}])  # not attached
+
+        assert set(instances(mocked, ipv4="10.0.1.32/28", vpc_id=mocked.vpc)) == {holder}, (
+            "patch_eni_delegated_prefixes: moto.ec2.utils.filter_dict_attribute_mapping "
+            f"does not serve {IPV4_PREFIX_FILTER}"
+        )
+        assert set(instances(mocked, ipv4="10.0.1.32/28")) == {holder, twin}
+        assert set(instances(mocked, ipv6=V6)) == {holder}, IPV6_PREFIX_FILTER
+        assert set(instances(mocked, ipv4="10.0.1.48/28", ipv6=V6)) == {holder}
+        assert set(instances(mocked, ipv4="10.0.1.32/28", instance_id=twin)) == {twin}
+        assert instances(mocked, ipv4="10.0.1.64/28", instance_ids=[holder]) == {}
+        # several values: any of them, as AWS matches
+        assert set(instances(mocked, ipv4=["10.0.1.48/28", "10.0.1.64/28"])) == {
+            holder,
+            neighbour,
+        }
+        # an exact match on the printed form, as AWS does
+        assert instances(mocked, ipv6="2600:1f14:abcd:1200:1234:0:0:0/80") == {}
+        assert instances(mocked, ipv4="10.0.1.32/27") == {}
+        assert instances(mocked, ipv4="10.0.1.80/28") == {}, "an unattached interface counts"
+
+
+def test_describe_network_interfaces_refuses_prefix_filters_as_aws_does(mocked: Mocked) -> None:
+    eni(mocked, subnet(mocked))
+    with moto_hooks.patch_eni_delegated_prefixes():
+        for name in moto_hooks.INVALID_ENI_PREFIX_FILTERS:
+            with pytest.raises(ClientError) as raised:
+                mocked.ec2.describe_network_interfaces(
+                    Filters=[{"Name": name, "Values": ["10.0.1.32/28"]}]
+                )
+            assert raised.value.response["Error"]["Code"] == "InvalidParameterValue", name
+        assert len(enis(mocked, vpc_id=mocked.vpc)) == 1, "other filters still work"
+
+
+def test_unassigned_eni_prefixes_are_gone(mocked: Mocked) -> None:
+    instance, primary = launch(mocked, subnet(mocked))
+    with moto_hooks.patch_eni_delegated_prefixes():
+        mocked.ec2.assign_private_ip_addresses(
+            NetworkInterfaceId=primary, Ipv4Prefixes=["10.0.1.32/28", "10.0.1.48/28"]
+        )
+        mocked.ec2.assign_ipv6_addresses(NetworkInterfaceId=primary, Ipv6Prefixes=[V6])
+        mocked.ec2.unassign_private_ip_addresses(
+            NetworkInterfaceId=primary, Ipv4Prefixes=["10.0.1.32/28"]
+        )
+        v6 = mocked.ec2.unassign_ipv6_addresses(NetworkInterfaceId=primary, Ipv6Prefixes=[V6])
+        assert prefixes(enis(mocked)[primary]) == (["10.0.1.48/28"], [])
+        assert prefixes(interfaces(instances(mocked)[instance])[primary]) == (["10.0.1.48/28"], [])
+        assert instances(mocked, ipv4="10.0.1.32/28") == {} and instances(mocked, ipv6=V6) == {}
+        assert set(instances(mocked, ipv4="10.0.1.48/28")) == {instance}
+    assert v6["UnassignedIpv6Prefixes"] == [V6]
+
+
+def test_a_prefix_count_picks_free_28s_and_a_bad_prefix_is_refused(mocked: Mocked) -> None:
+    net = subnet(mocked)
+    with moto_hooks.patch_eni_delegated_prefixes():
+        node = eni(mocked, net, Ipv4Prefixes=[{"Ipv4Prefix": "10.0.1.16/28"}])
+        mocked.ec2.assign_private_ip_addresses(NetworkInterfaceId=node, Ipv4PrefixCount=2)
+        interface = enis(mocked)[node]
+        with pytest.raises(ClientError) as raised:
+            mocked.ec2.assign_private_ip_addresses(
+                NetworkInterfaceId=node, Ipv4Prefixes=["10.0.1.33/28"]
+            )
+    held = [ipaddress.ip_network(p) for p in prefixes(interface)[0]]
+    address = ipaddress.ip_address(interface["PrivateIpAddress"])
+    assert len(set(held)) == 3 and str(held[0]) == "10.0.1.16/28"
+    assert all(p.subnet_of(ipaddress.ip_network("10.0.1.0/24")) for p in held)
+    assert not any(address in p for p in held), "a picked /28 holds the ENI's own address"
+    assert ipaddress.ip_network("10.0.1.0/28") not in held, "the first /28 holds reserved ones"
+    assert raised.value.response["Error"]["Code"] == "InvalidParameterValue"
+
+
+def test_undoing_the_prefix_hook_restores_moto() -> None:
+    from moto.ec2 import utils as ec2_utils
+    from moto.ec2.models.elastic_network_interfaces import (
+        NetworkInterface,
+        NetworkInterfaceBackend,
+    )
+    from moto.ec2.models.instances import Instance
+    from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
+
+    assign = ElasticNetworkInterfaces.assign_private_ip_addresses
+    list_enis = NetworkInterfaceBackend.get_all_network_interfaces
+    mapping = dict(ec2_utils.filter_dict_attribute_mapping)
+    with moto_hooks.patch_eni_delegated_prefixes():
+        assert hasattr(NetworkInterface, "ipv4_prefixes")
+        assert hasattr(Instance, "delegated_ipv6_prefixes")
+        assert IPV4_PREFIX_FILTER in ec2_utils.filter_dict_attribute_mapping
+        assert ElasticNetworkInterfaces.assign_private_ip_addresses is not assign
+    assert not hasattr(NetworkInterface, "ipv4_prefixes")
+    assert not hasattr(NetworkInterface, "ipv6_prefixes")
+    assert not hasattr(Instance, "delegated_ipv4_prefixes")
+    assert not hasattr(Instance, "delegated_ipv6_prefixes")
+    assert ec2_utils.filter_dict_attribute_mapping == mapping
+    assert ElasticNetworkInterfaces.assign_private_ip_addresses is assign
+    assert NetworkInterfaceBackend.get_all_network_interfaces is list_enis
+
+
+def test_the_prefix_hook_refuses_a_filter_moto_has_now_and_leaves_nothing_applied() -> None:
+    from moto.ec2 import utils as ec2_utils
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterface
+    from moto.ec2.models.instances import Instance
+
+    ec2_utils.filter_dict_attribute_mapping[IPV6_PREFIX_FILTER] = "moto_models_it"
+    try:
+        with pytest.raises(moto_hooks.HookError, match="ipv6-prefixes"):
+            moto_hooks.patch_eni_delegated_prefixes()
+    finally:
+        del ec2_utils.filter_dict_attribute_mapping[IPV6_PREFIX_FILTER]
+    assert IPV4_PREFIX_FILTER not in ec2_utils.filter_dict_attribute_mapping
+    assert not hasattr(NetworkInterface, "ipv4_prefixes")
+    assert not hasattr(Instance, "delegated_ipv4_prefixes")
+    assert not hasattr(Instance, "delegated_ipv6_prefixes")
+
+
+def dual_stack(mocked: Mocked) -> tuple[str, list[str]]:
+    """A VPC 10.1.0.0/16 with an Amazon-provided IPv6 /56, taken from describe_vpcs as the
+    inventory reads it, and the first four /64s of that /56."""
+    vpc = mocked.ec2.create_vpc(CidrBlock="10.1.0.0/16", AmazonProvidedIpv6CidrBlock=True)
+    vpc_id = str(vpc["Vpc"]["VpcId"])
+    (described,) = mocked.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"]
+    block = ipaddress.ip_network(described["Ipv6CidrBlockAssociationSet"][0]["Ipv6CidrBlock"])
+    return vpc_id, [str(net) for net in itertools.islice(block.subnets(new_prefix=64), 4)]
+
+
+@dataclass
+class AddressWorld:
+    vpc: str
+    node: str  # primary 10.1.1.10, 10.1.1.11 given at creation, 10.1.1.12 assigned
+    node_v6: str  # assigned to node
+    other: str  # same subnet: primary 10.1.1.20 and an IPv6 address of its own
+    other_v6: str
+    twin: str  # another VPC, with node's secondary 10.1.1.11 as its primary
+
+
+def address_world(mocked: Mocked) -> AddressWorld:
+    vpc, v6_nets = dual_stack(mocked)
+    net = subnet(mocked, vpc, "10.1.1.0/24", Ipv6CidrBlock=v6_nets[0])
+    v6 = ipaddress.ip_network(v6_nets[0])
+    node_v6, other_v6 = str(v6[0x10]), str(v6[0x20])
+    node = eni(
+        mocked,
+        net,
+        PrivateIpAddresses=[
+            {"PrivateIpAddress": "10.1.1.10", "Primary": True},
+            {"PrivateIpAddress": "10.1.1.11", "Primary": False},
+        ],
+    )
+    mocked.ec2.assign_private_ip_addresses(
+        NetworkInterfaceId=node, PrivateIpAddresses=["10.1.1.12"]
+    )
+    mocked.ec2.assign_ipv6_addresses(NetworkInterfaceId=node, Ipv6Addresses=[node_v6])
+    other = eni(
+        mocked, net, PrivateIpAddress="10.1.1.20", Ipv6Addresses=[{"Ipv6Address": other_v6}]
+    )
+    elsewhere = mocked.ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+    twin = eni(mocked, subnet(mocked, elsewhere, "10.1.1.0/24"), PrivateIpAddress="10.1.1.11")
+    return AddressWorld(vpc, node, node_v6, other, other_v6, twin)
+
+
+def test_moto_alone_filters_eni_addresses_by_the_primary_only(mocked: Mocked) -> None:
+    """The gap the patch closes; when this fails, moto matches every address (or has the
+    IPv6 filter) and `patch_eni_address_filters` can go."""
+    from moto.ec2.exceptions import FilterNotImplementedError
+
+    world = address_world(mocked)
+    assert set(enis(mocked, addresses__private_ip_address="10.1.1.10")) == {world.node}
+    assert set(enis(mocked, addresses__private_ip_address="10.1.1.11")) == {world.twin}
+    assert enis(mocked, addresses__private_ip_address="10.1.1.12") == {}
+    with pytest.raises(FilterNotImplementedError):
+        enis(mocked, ipv6_addresses__ipv6_address=world.node_v6)
+
+
+def test_eni_address_filters_match_any_address_of_an_interface(mocked: Mocked) -> None:
+    world = address_world(mocked)
+    with moto_hooks.patch_eni_address_filters():
+        found = {
+            address: set(enis(mocked, addresses__private_ip_address=address, vpc_id=world.vpc))
+            for address in ("10.1.1.10", "10.1.1.11", "10.1.1.12", "10.1.1.20", "10.1.1.99")
+        }
+        anywhere = set(enis(mocked, addresses__private_ip_address="10.1.1.11"))
+        several = set(enis(mocked, addresses__private_ip_address=["10.1.1.12", "10.1.1.20"]))
+        wildcard = set(enis(mocked, addresses__private_ip_address="10.1.1.1?", vpc_id=world.vpc))
+        primary_only = set(enis(mocked, private_ip_address="10.1.1.11"))
+        v6 = set(enis(mocked, ipv6_addresses__ipv6_address=world.node_v6, vpc_id=world.vpc))
+        v6_several = set(enis(mocked, ipv6_addresses__ipv6_address=[world.node_v6, world.other_v6]))
+        v6_none = enis(mocked, ipv6_addresses__ipv6_address="2001:db8::1")
+        by_id = mocked.ec2.describe_network_interfaces(
+            NetworkInterfaceIds=[world.node, world.other],
+            Filters=filter_list({"addresses__private_ip_address": "10.1.1.20"}),
+        )["NetworkInterfaces"]
+        mocked.ec2.unassign_private_ip_addresses(
+            NetworkInterfaceId=world.node, PrivateIpAddresses=["10.1.1.12"]
+        )
+        unassigned = enis(mocked, addresses__private_ip_address="10.1.1.12")
+    assert found == {
+        "10.1.1.10": {world.node},
+        "10.1.1.11": {world.node},
+        "10.1.1.12": {world.node},
+        "10.1.1.20": {world.other},
+        "10.1.1.99": set(),
+    }, (
+        "patch_eni_address_filters: NetworkInterfaceBackend.get_all_network_interfaces does "
+        "not match a secondary address (from creation or assigned) with vpc-id"
+    )
+    assert anywhere == {world.node, world.twin}, "without vpc-id, both VPCs' holders"
+    assert several == {world.node, world.other}, "several values must match any"
+    assert wildcard == {world.node}
+    assert primary_only == {world.twin}, "private-ip-address is the primary address only"
+    assert v6 == {world.node}, "ipv6-addresses.ipv6-address did not find the IPv6 address"
+    assert v6_several == {world.node, world.other} and v6_none == {}
+    assert [i["NetworkInterfaceId"] for i in by_id] == [world.other], "ids and filters combine"
+    assert unassigned == {}, "an unassigned address still matches"
+
+
+def test_moto_alone_prints_a_subnets_ipv6_state_as_text(mocked: Mocked) -> None:
+    """The gap the patch closes; when this fails, moto prints the structure and
+    `patch_subnet_ipv6_state` can go."""
+    vpc, v6_nets = dual_stack(mocked)
+    created = mocked.ec2.create_subnet(VpcId=vpc, CidrBlock="10.1.1.0/24", Ipv6CidrBlock=v6_nets[0])
+    (described,) = mocked.ec2.describe_subnets(SubnetIds=[created["Subnet"]["SubnetId"]])["Subnets"]
+    for shown in (created["Subnet"], described):
+        (association,) = shown["Ipv6CidrBlockAssociationSet"]
+        assert association["Ipv6CidrBlockState"] == {"State": "{'State': 'associated'}"}
+
+
+def test_a_subnets_ipv6_state_is_the_structure_ec2_sends(mocked: Mocked) -> None:
+    vpc, v6_nets = dual_stack(mocked)
+    with moto_hooks.patch_subnet_ipv6_state():
+        created = mocked.ec2.create_subnet(
+            VpcId=vpc, CidrBlock="10.1.1.0/24", Ipv6CidrBlock=v6_nets[0]
+        )["Subnet"]
+        later = subnet(mocked, vpc, "10.1.2.0/24")
+        associated = mocked.ec2.associate_subnet_cidr_block(
+            SubnetId=later, Ipv6CidrBlock=v6_nets[1]
+        )["Ipv6CidrBlockAssociation"]
+        described = {
+            s["SubnetId"]: s
+            for s in mocked.ec2.describe_subnets(Filters=filter_list({"vpc_id": vpc}))["Subnets"]
+        }
+        mocked.ec2.disassociate_subnet_cidr_block(AssociationId=associated["AssociationId"])
+        after = mocked.ec2.describe_subnets(SubnetIds=[later])["Subnets"][0]
+    expected = {v6_nets[0]: created["SubnetId"], v6_nets[1]: later}
+    for block, subnet_id in expected.items():
+        (association,) = described[subnet_id]["Ipv6CidrBlockAssociationSet"]
+        assert association["Ipv6CidrBlock"] == block
+        assert association["Ipv6CidrBlockState"] == {"State": "associated"}, (
+            "patch_subnet_ipv6_state: Subnet.ipv6_cidr_block_association_set still nests the state"
+        )
+    (on_create,) = created["Ipv6CidrBlockAssociationSet"]
+    assert on_create["Ipv6CidrBlockState"] == {"State": "associated"}, "CreateSubnet's response"
+    assert associated["Ipv6CidrBlockState"] == {"State": "associated"}
+    assert after.get("Ipv6CidrBlockAssociationSet", []) == [], "a disassociated block is listed"
+
+
+def test_moto_alone_prints_vpc_cidr_states_and_a_dualstack_nlb(mocked: Mocked) -> None:
+    """No hook needed (moto 5.2.5 is right); when this fails, one is."""
+    vpc, v6_nets = dual_stack(mocked)
+    (described,) = mocked.ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]
+    (v4,) = described["CidrBlockAssociationSet"]
+    (v6,) = described["Ipv6CidrBlockAssociationSet"]
+    assert (v4["CidrBlock"], v4["CidrBlockState"]) == ("10.1.0.0/16", {"State": "associated"})
+    assert ipaddress.ip_network(v6["Ipv6CidrBlock"]).prefixlen == 56
+    assert v6["Ipv6CidrBlockState"] == {"State": "associated"}
+    assert v4["AssociationId"] and v6["AssociationId"]
+
+    subnets = [
+        subnet(mocked, vpc, f"10.1.{n}.0/24", Ipv6CidrBlock=v6_nets[n], AvailabilityZone=zone)
+        for n, zone in ((1, f"{REGION}a"), (2, f"{REGION}b"))
+    ]
+    elbv2 = client("elbv2")
+    arn = elbv2.create_load_balancer(
+        Name="ingress",
+        Type="network",
+        Scheme="internal",
+        IpAddressType="dualstack",
+        Subnets=subnets,
+    )["LoadBalancers"][0]["LoadBalancerArn"]
+    (balancer,) = elbv2.describe_load_balancers(LoadBalancerArns=[arn])["LoadBalancers"]
+    assert (balancer["Type"], balancer["Scheme"], balancer["IpAddressType"]) == (
+        "network",
+        "internal",
+        "dualstack",
+    )
+    assert balancer["VpcId"] == vpc
+
+
+def test_all_ec2_fidelity_patches_stack_and_unwind(mocked: Mocked) -> None:
+    """`patch_ec2_fidelity` wraps `get_all_network_interfaces` twice (prefix filters refused,
+    address filters matched): both work together, and undoing in reverse restores moto."""
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterfaceBackend
+    from moto.ec2.models.subnets import Subnet
+
+    list_enis = NetworkInterfaceBackend.get_all_network_interfaces
+    association_set = Subnet.__dict__["ipv6_cidr_block_association_set"]
+    world = address_world(mocked)
+    patches = moto_hooks.patch_ec2_fidelity()
+    try:
+        assert set(enis(mocked, addresses__private_ip_address="10.1.1.12")) == {world.node}
+        with pytest.raises(ClientError, match="InvalidParameterValue"):
+            enis(mocked, ipv4_prefix_set__ipv4_prefix="10.1.1.32/28")
+    finally:
+        for patch in reversed(patches):
+            patch.undo()
+    assert NetworkInterfaceBackend.get_all_network_interfaces is list_enis
+    assert Subnet.__dict__["ipv6_cidr_block_association_set"] is association_set
+
+
+def test_undoing_the_address_and_subnet_hooks_restores_moto(mocked: Mocked) -> None:
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterfaceBackend
+    from moto.ec2.models.subnets import Subnet
+
+    list_enis = NetworkInterfaceBackend.get_all_network_interfaces
+    association_set = Subnet.__dict__["ipv6_cidr_block_association_set"]
+    world = address_world(mocked)
+    with moto_hooks.patch_eni_address_filters(), moto_hooks.patch_subnet_ipv6_state():
+        assert NetworkInterfaceBackend.get_all_network_interfaces is not list_enis
+        assert Subnet.__dict__["ipv6_cidr_block_association_set"] is not association_set
+    assert NetworkInterfaceBackend.get_all_network_interfaces is list_enis
+    assert Subnet.__dict__["ipv6_cidr_block_association_set"] is association_set
+    assert enis(mocked, addresses__private_ip_address="10.1.1.12") == {}, "moto's filter again"
+    shown = mocked.ec2.describe_subnets(Filters=filter_list({"vpc_id": world.vpc}))["Subnets"]
+    (association,) = shown[0]["Ipv6CidrBlockAssociationSet"]
+    assert association["Ipv6CidrBlockState"] == {"State": "{'State': 'associated'}"}
 
 
 def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> None:

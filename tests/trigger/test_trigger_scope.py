@@ -65,6 +65,7 @@ EXPECTED: dict[str, Scope] = {
     "SetSecurityGroups": _scope(groups={NLB_SG, EXTRA_SG}, lbs={NLB}),
     "CreateTargetGroup": _scope(tgs={TG_FRONTEND}),
     "ModifyTargetGroup": _scope(lbs={NLB}, tgs={TG_FRONTEND}),
+    "ModifyTargetGroupAttributes": _scope(tgs={TG_FRONTEND}),
     "DeleteTargetGroup": _scope(tgs={TG_FRONTEND_V2}),
     "CreateListener": _scope(lbs={NLB}, tgs={TG_FRONTEND}),
     "ModifyListener": _scope(lbs={NLB}, tgs={TG_FRONTEND_V2}),

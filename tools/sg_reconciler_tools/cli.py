@@ -1,6 +1,8 @@
-"""`sg-reconciler`: plan security-group changes make-before-break, release the brake, the demo.
+"""`sg-reconciler`: plan security-group changes make-before-break, follow a hand-over from
+another tool, release the brake, the demo.
 
 Exit codes of `plan`: 0 a plan (possibly empty), 2 bad input, 3 no safe plan exists (refused).
+Exit codes of `adopt`: 0 ready (the other tool may stop), 2 bad input, 3 not ready yet.
 Exit codes of `release-brake`: 0 released (or listed), 2 bad input or nothing held to release.
 """
 
@@ -17,15 +19,16 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError, ClientError
 from sg_reconciler.adapters.clients import Clients, make_clients
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
+from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
 from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, RuleError
 from sg_reconciler.errors import ReconcilerError
-from sg_reconciler.policy import PolicyError, load_policy_file
+from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, PolicyError, load_policy_file
 from sg_reconciler.reconcile import LivePlan, compute_live_plan
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
-from sg_reconciler_tools.render import render_plan
+from sg_reconciler_tools.render import handover_to_dict, render_handover, render_plan
 
 EXIT_BAD_INPUT = 2
 EXIT_REFUSED = 3
@@ -133,6 +136,27 @@ def build_parser() -> argparse.ArgumentParser:
         default="table",
         help="table for people (default), json for tools",
     )
+    adopt = commands.add_parser(
+        "adopt",
+        help="follow a hand-over of rules from another tool (the AWS Load Balancer Controller)",
+        description=(
+            "With the policy's adopt_descriptions set, each run takes over the other tool's "
+            "rules that are exactly desired rules, in place (owner tag, then this deployment's "
+            "description), and authorizes the other desired rules first. This reads the "
+            "account and says what the next run will adopt and authorize, what is adopted, "
+            "and which of the other tool's rules stay its own (it revokes them when it stops "
+            "managing rules). Never writes. Exit 0 when ready (every desired rule is in place "
+            "and ours: the other tool may stop), 2 on bad input, 3 when not ready yet."
+        ),
+    )
+    _aws_options(adopt, "AWS access", "the account (or a local moto server); never writes")
+    adopt.add_argument("--live", action="store_true", required=True, help="read the account")
+    adopt.add_argument(
+        "--policy", type=Path, required=True, metavar="FILE", help="policy file, YAML or JSON"
+    )
+    adopt.add_argument(
+        "--output", choices=("table", "json"), default="table", help="table (default) or json"
+    )
     release = commands.add_parser(
         "release-brake",
         help="let one set of revocations held by the brake go, once, for one day",
@@ -185,8 +209,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
     return run_demo([args.act] if args.act else [1, 2, 3], as_json=args.json)
 
 
-def _read_live(args: argparse.Namespace) -> LivePlan:
-    policy = load_policy_file(args.policy)
+def _read_live(args: argparse.Namespace, policy: Policy | None = None) -> LivePlan:
+    policy = policy or load_policy_file(args.policy)
     try:
         clients = _clients(args)
         return compute_live_plan(clients.ec2, clients.elbv2, policy)
@@ -229,6 +253,30 @@ def run_live(args: argparse.Namespace) -> int:
 
 def _clients(args: argparse.Namespace) -> Clients:
     return make_clients(args.region, args.profile, args.endpoint_url)
+
+
+def run_adopt(args: argparse.Namespace) -> int:
+    """Where the hand-over stands; exit 0 when the other tool may stop managing rules."""
+    try:
+        policy = load_policy_file(args.policy)
+        if not policy.adopt_descriptions:
+            raise InputError(
+                f"{args.policy}: adopt_descriptions is empty: list the other tool's rule "
+                "description (the AWS Load Balancer Controller's: "
+                f"{LBC_SHARED_DESCRIPTION})"
+            )
+        live = _read_live(args, policy)
+    except (PolicyError, RuleError) as err:
+        raise InputError(str(err)) from None
+    if isinstance(live.result, Refusal):
+        print(render_plan(live.result))
+        return EXIT_REFUSED
+    state = hand_over(live.result, live.current, live.desired, policy.adopt_descriptions)
+    if args.output == "json":
+        print(json.dumps(handover_to_dict(state), indent=2))
+    else:
+        print(render_handover(state, live.names, live.needed_by))
+    return 0 if state.ready else EXIT_REFUSED
 
 
 def run_release_brake(args: argparse.Namespace) -> int:
@@ -290,7 +338,11 @@ def run_plan(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        commands = {"demo": run_demo_command, "release-brake": run_release_brake}
+        commands = {
+            "demo": run_demo_command,
+            "release-brake": run_release_brake,
+            "adopt": run_adopt,
+        }
         return commands.get(args.command, run_plan)(args)
     except InputError as err:
         print(f"sg-reconciler: error: {err}", file=sys.stderr)

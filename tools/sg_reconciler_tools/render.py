@@ -1,16 +1,21 @@
-"""Human-readable plan tables for the terminal."""
+"""Human-readable plan tables and hand-over reports for the terminal."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
-from sg_reconciler.core.rules import Rule, describe_ports
+from sg_reconciler.core.handover import HandOver
+from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke, step_to_dict
+from sg_reconciler.core.rules import Rule, describe_ports, rule_to_dict
 
 
-def _rule_text(rule: Rule) -> str:
+def _rule_text(rule: Rule, names: Mapping[str, str] | None = None) -> str:
     key = rule.key
-    text = f"{describe_ports(key.protocol, key.from_port, key.to_port)} from {key.peer}"
+    peer = str(key.peer)
+    if names and key.peer.kind == "group" and names.get(peer):
+        peer = f"{names[peer]} ({peer})"
+    text = f"{describe_ports(key.protocol, key.from_port, key.to_port)} from {peer}"
     return text + (f"  ({rule.description})" if rule.description else "")
 
 
@@ -35,11 +40,13 @@ def render_plan(
         lines = [f"{'#':>3}  {'action':<9}  {'group':<{width}}  rules"]
         for n, step in enumerate(result.steps, 1):
             if isinstance(step, Authorize):
-                items = [_rule_text(r) + _why(r, needed_by) for r in step.rules]
+                items = [_rule_text(r, known) + _why(r, needed_by) for r in step.rules]
             elif isinstance(step, Revoke):
                 items = list(step.rule_ids)
             else:
-                items = [f"{step.rule_id} -> {_rule_text(step.rule)}{_why(step.rule, needed_by)}"]
+                items = [
+                    f"{step.rule_id} -> {_rule_text(step.rule, known)}{_why(step.rule, needed_by)}"
+                ]
             action = type(step).__name__.lower()
             for i, item in enumerate(items):
                 head = (
@@ -55,3 +62,57 @@ def render_plan(
 def _why(rule: Rule, needed_by: Callable[[Rule], tuple[str, ...]] | None) -> str:
     needs = needed_by(rule) if needed_by is not None else ()
     return f"  <- {'; '.join(needs)}" if needs else ""
+
+
+def render_handover(
+    state: HandOver,
+    names: Mapping[str, str] | None = None,
+    needed_by: Callable[[Rule], tuple[str, ...]] | None = None,
+) -> str:
+    """Where a hand-over stands, section by section, groups by name."""
+    known = names or {}
+
+    def line(rule: Rule, rule_id: str | None = None) -> str:
+        group = (
+            f"{known[rule.group_id]} ({rule.group_id})"
+            if known.get(rule.group_id)
+            else rule.group_id
+        )
+        which = f"{rule_id}: " if rule_id else (f"{rule.rule_id}: " if rule.rule_id else "")
+        return f"  {group}  {which}{_rule_text(rule, known)}{_why(rule, needed_by)}"
+
+    lines = [f"adopt in place on the next run: {len(state.to_adopt)}"]
+    lines += [line(step.rule, step.rule_id) for step in state.to_adopt]
+    lines.append(f"authorize first on the next run: {len(state.to_authorize)}")
+    lines += [line(rule) for rule in state.to_authorize]
+    lines.append(f"adopted already: {len(state.adopted)}")
+    lines += [line(rule) for rule in state.adopted]
+    lines.append(
+        f"left to their owner, which revokes them when it stops managing rules: "
+        f"{len(state.left_to_owner)}"
+    )
+    lines += [line(rule) for rule in state.left_to_owner]
+    if state.beyond_desired:
+        lines.append(f"  only they admit (no desired rule does): {state.beyond_desired.describe()}")
+    if state.ready:
+        lines.append(
+            "ready: every desired rule is in place and owned; the other tool may stop "
+            "managing rules now (README: Next to the AWS Load Balancer Controller)"
+        )
+    else:
+        lines.append(
+            "not ready: the next run (scheduled, or any trigger) adopts and authorizes the "
+            "rules above; then run this again before the other tool stops"
+        )
+    return "\n".join(lines)
+
+
+def handover_to_dict(state: HandOver) -> dict[str, Any]:
+    return {
+        "ready": state.ready,
+        "to_adopt": [step_to_dict(step) for step in state.to_adopt],
+        "to_authorize": [rule_to_dict(r, with_identity=False) for r in state.to_authorize],
+        "adopted": [rule_to_dict(r) for r in state.adopted],
+        "left_to_owner": [rule_to_dict(r) for r in state.left_to_owner],
+        "beyond_desired": state.beyond_desired.describe(limit=20) if state.beyond_desired else "",
+    }

@@ -5,7 +5,12 @@ one paged listing of all load balancers and of all target groups, tags in chunks
 ARNs, and instances, interfaces, rules and groups through filters of up to 200 values.
 `describe_target_health` takes one target group per call and has no batch form, so it is
 one call per managed target group (a few run concurrently); `describe_call_estimate`
-counts it apart. At 10,000 target groups it dominates the read: see benchmarks/.
+counts it apart. At 10,000 target groups it dominates the read: see benchmarks/. Only for
+load balancers a binding admits by address: their subnets and VPCs (batched) and one
+`describe_target_group_attributes` per target group (client IP preservation).
+
+IP targets are found by any address of their interface (primary, secondary, IPv6) and, when
+that misses, by the delegated prefix that can hold them, through their node's instance.
 
 Listeners are not read: a target group's `LoadBalancerArns` already says which load
 balancers send it traffic (through a default action or a rule), and listeners have no
@@ -19,10 +24,11 @@ until the missing ids are isolated and dropped.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -102,6 +108,7 @@ class _Reader:
 
     def __post_init__(self) -> None:
         self.notes: list[str] = []
+        self.subnets_of: dict[str, tuple[str, ...]] = {}  # load balancer ARN -> subnet ids
 
     # --- ELBv2 ---------------------------------------------------------------------------
 
@@ -135,9 +142,53 @@ class _Reader:
                     security_groups=tuple(lb.get("SecurityGroups", [])),
                     tags=tags_of(tags.get(arn, {})),
                     vpc_id=lb.get("VpcId", ""),
+                    scheme=lb.get("Scheme", "internet-facing"),
+                    ip_address_type=lb.get("IpAddressType", "ipv4"),
                 )
             )
+            self.subnets_of[arn] = tuple(
+                z["SubnetId"] for z in lb.get("AvailabilityZones", []) if "SubnetId" in z
+            )
         return managed
+
+    def subnet_cidrs(self, subnet_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """Subnet id -> its IPv4 and associated IPv6 CIDRs."""
+        found: dict[str, tuple[str, ...]] = {}
+        paginator = self.ec2.get_paginator("describe_subnets")
+        for batch in chunks(sorted(set(subnet_ids)), FILTER_CHUNK):
+            pages = paginator.paginate(Filters=[{"Name": "subnet-id", "Values": batch}])
+            for page in pages:
+                for subnet in page.get("Subnets", []):
+                    v6 = _associated(subnet.get("Ipv6CidrBlockAssociationSet", []), "Ipv6")
+                    found[subnet["SubnetId"]] = (subnet["CidrBlock"], *v6)
+        return found
+
+    def vpc_cidrs(self, vpc_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """VPC id -> its associated IPv4 and IPv6 CIDRs (internal clients' default)."""
+        found: dict[str, tuple[str, ...]] = {}
+        paginator = self.ec2.get_paginator("describe_vpcs")
+        for batch in chunks(sorted(set(vpc_ids)), FILTER_CHUNK):
+            for page in paginator.paginate(Filters=[{"Name": "vpc-id", "Values": batch}]):
+                for vpc in page.get("Vpcs", []):
+                    v4 = _associated(vpc.get("CidrBlockAssociationSet", []), "")
+                    v6 = _associated(vpc.get("Ipv6CidrBlockAssociationSet", []), "Ipv6")
+                    found[vpc["VpcId"]] = (*(v4 or [vpc["CidrBlock"]]), *v6)
+        return found
+
+    def preserves_client_ip(self, tg: dict[str, Any]) -> bool | None:
+        """A target group's preserve_client_ip.enabled (no batch form: one call per group)."""
+        try:
+            response = self.elbv2.describe_target_group_attributes(
+                TargetGroupArn=tg["TargetGroupArn"]
+            )
+        except ClientError as err:
+            if error_code(err) not in TG_NOT_FOUND:
+                raise
+            return None
+        for attribute in response.get("Attributes", []):
+            if attribute.get("Key") == "preserve_client_ip.enabled":
+                return attribute.get("Value") == "true"
+        return None
 
     def target_groups(self, managed: Iterable[LoadBalancer]) -> list[dict[str, Any]]:
         arns = {lb.arn for lb in managed}
@@ -219,6 +270,52 @@ class _Reader:
                         own.add(eni.get("PrivateIpAddress"))
                         for ip in wanted & own:
                             result[(vpc_id, ip)] = (groups, instance)
+        missed = [(vpc_id, ip) for vpc_id, ip in addresses if (vpc_id, ip) not in result]
+        result.update(self.prefix_interfaces(missed))
+        return result
+
+    def prefix_interfaces(
+        self, addresses: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[tuple[str, ...], str | None]]:
+        """(VPC, IP) -> interface, for pods on delegated prefixes (EKS prefix delegation).
+
+        No filter finds an address inside a prefix, but delegated prefixes have fixed sizes
+        (/28 IPv4, /80 IPv6, aligned), so each address names its one candidate prefix, and
+        DescribeInstances filters on prefixes exactly (DescribeNetworkInterfaces has no such
+        filter). The interface whose prefix holds the address is then picked, as the AWS Load
+        Balancer Controller does."""
+        candidates: dict[tuple[str, str], dict[str, set[str]]] = {}  # -> prefix -> addresses
+        for vpc_id, ip in set(addresses):
+            length, family = (80, "ipv6") if ":" in ip else (28, "ipv4")
+            try:
+                prefix = str(ipaddress.ip_network(f"{ip}/{length}", strict=False))
+            except ValueError:
+                continue  # not an address: it stays a lookup miss
+            candidates.setdefault((vpc_id, family), {}).setdefault(prefix, set()).add(ip)
+        result: dict[tuple[str, str], tuple[tuple[str, ...], str | None]] = {}
+        paginator = self.ec2.get_paginator("describe_instances")
+        for (vpc_id, family), prefixes in sorted(candidates.items()):
+            item = family.capitalize() + "Prefix"  # Ipv4Prefix, Ipv6Prefix
+            for batch in chunks(sorted(prefixes), FILTER_CHUNK):
+                filters: list[Any] = [
+                    {
+                        "Name": f"network-interface.{family}-prefixes.{family}-prefix",
+                        "Values": batch,
+                    }
+                ]
+                if vpc_id:
+                    filters.append({"Name": "vpc-id", "Values": [vpc_id]})
+                pages = paginator.paginate(
+                    Filters=filters, PaginationConfig={"PageSize": EC2_PAGE_SIZE}
+                )
+                for page in pages:
+                    for reservation in page.get("Reservations", []):
+                        for instance in reservation.get("Instances", []):
+                            for eni in instance.get("NetworkInterfaces", []):
+                                groups = tuple(g["GroupId"] for g in eni.get("Groups", []))
+                                for held in eni.get(item + "es", []):  # type: ignore[attr-defined]
+                                    for ip in prefixes.get(_printed(held.get(item, "")), ()):
+                                        result[(vpc_id, ip)] = (groups, instance["InstanceId"])
         return result
 
     def owned_groups(self) -> set[str]:
@@ -326,6 +423,43 @@ class _Reader:
 
     # --- composition ---------------------------------------------------------------------
 
+    def addresses(
+        self, lbs: list[LoadBalancer], raw_tgs: list[dict[str, Any]], pool: ThreadPoolExecutor
+    ) -> tuple[list[LoadBalancer], dict[str, bool | None], dict[str, tuple[str, ...]]]:
+        """What a binding admitting load balancers by address needs, read only for those:
+        their subnets' CIDRs, their VPCs' CIDRs and their target groups' client IP
+        preservation."""
+        bindings = self.policy.desired_settings().bindings
+        by_address = {
+            lb.arn
+            for lb in lbs
+            if any(b.source == "load_balancer_addresses" and b.selects(lb.tags) for b in bindings)
+        }
+        if not by_address:
+            return lbs, {}, {}
+        subnets = self.subnet_cidrs(s for arn in by_address for s in self.subnets_of.get(arn, ()))
+        lbs = [
+            replace(
+                lb,
+                subnet_cidrs=tuple(
+                    c for s in self.subnets_of.get(lb.arn, ()) for c in subnets.get(s, ())
+                ),
+            )
+            if lb.arn in by_address
+            else lb
+            for lb in lbs
+        ]
+        vpcs = self.vpc_cidrs(lb.vpc_id for lb in lbs if lb.arn in by_address and lb.vpc_id)
+        tgs = [tg for tg in raw_tgs if by_address.intersection(tg.get("LoadBalancerArns", []))]
+        preserved = dict(
+            zip(
+                (tg["TargetGroupArn"] for tg in tgs),
+                pool.map(self.preserves_client_ip, tgs),
+                strict=True,
+            )
+        )
+        return lbs, preserved, vpcs
+
     def read(self) -> Inventory:
         policy = self.policy
         lbs = self.load_balancers()
@@ -334,6 +468,7 @@ class _Reader:
         # thread-safe); results are gathered in listing order, so the read is deterministic.
         with ThreadPoolExecutor(max_workers=TARGET_HEALTH_WORKERS) as pool:
             healths = list(pool.map(self.targets, raw_tgs))
+            lbs, preserved, vpc_cidrs = self.addresses(lbs, raw_tgs, pool)
         registered: dict[str, list[tuple[str, int | None]]] = {}
         for tg, targets in zip(raw_tgs, healths, strict=True):
             if targets is None:
@@ -342,7 +477,8 @@ class _Reader:
                 )
             else:
                 registered[tg["TargetGroupArn"]] = targets
-        need_interfaces = policy.destination.kind != "named_groups"
+        bindings = policy.desired_settings().bindings
+        need_interfaces = any(b.needs_interfaces for b in bindings)
         instance_ids = [
             tid
             for tg in raw_tgs
@@ -385,19 +521,19 @@ class _Reader:
                     load_balancer_arns=tuple(tg.get("LoadBalancerArns", [])),
                     vpc_id=tg.get("VpcId", ""),
                     targets=tuple(members),
+                    preserve_client_ip=preserved.get(arn),
                 )
             )
 
         hosts: set[str] = {r.group_id for r in policy.desired_settings().static_rules}
-        hosts |= set(policy.destination.group_ids)
+        hosts |= policy.named_groups
         for tg_model in target_groups:
             for target in tg_model.targets:
                 hosts.update(target.group_ids)
         owned = self.owned_groups()
         hosts |= owned
         peers = {g for lb in lbs for g in lb.security_groups}
-        if policy.rule_source.group_id:
-            peers.add(policy.rule_source.group_id)
+        peers |= policy.backend_groups
         peers |= {
             r.key.peer.value
             for r in policy.desired_settings().static_rules
@@ -428,7 +564,24 @@ class _Reader:
             notes=tuple(self.notes),
             prefix_lists=sizes,
             account_rule_quota=quota,
+            vpc_cidrs=vpc_cidrs,
         )
+
+
+def _associated(blocks: Iterable[Any], family: str) -> list[str]:
+    """The CIDRs of an association set still associated (`family` "" or "Ipv6")."""
+    state = f"{family}CidrBlockState"
+    return [
+        b[f"{family}CidrBlock"] for b in blocks if b.get(state, {}).get("State") == "associated"
+    ]
+
+
+def _printed(prefix: str) -> str:
+    """A prefix as `ipaddress` prints it (AWS may print IPv6 in another form)."""
+    try:
+        return str(ipaddress.ip_network(prefix, strict=False))
+    except ValueError:
+        return prefix
 
 
 def read_inventory(

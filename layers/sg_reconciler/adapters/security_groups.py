@@ -9,17 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from sg_reconciler.adapters.pacing import Pacer
-from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, RuleKey, ingress_rules
+from sg_reconciler.core.rules import (
+    ADOPTED_BY_TAG_KEY,
+    ADOPTED_DESCRIPTION_TAG_KEY,
+    OWNER_TAG_KEY,
+    PLAN_TAG_KEY,
+    Rule,
+    RuleKey,
+    ingress_rules,
+)
 from sg_reconciler.errors import (
     AwsCallFailed,
     NotOwned,
     NotYetVisible,
+    RuleChanged,
     TransientAwsError,
     from_aws_code,
 )
@@ -122,8 +132,11 @@ class SecurityGroupRules:
             rules.extend(self._describe([{"Name": "group-id", "Values": chunk}]))
         return rules
 
-    def tagged(self, group_ids: Sequence[str], owner: str, plan_id: str) -> list[Rule]:
-        """Rules an execution created: found by tags, because a write can apply while its caller sees an error."""
+    def tagged(
+        self, group_ids: Sequence[str], owner: str, plan_id: str, tag_key: str = PLAN_TAG_KEY
+    ) -> list[Rule]:
+        """Rules an execution created (or, with ADOPTED_BY_TAG_KEY, adopted): found by tags,
+        because a write can apply while its caller sees an error."""
         rules: list[Rule] = []
         for chunk in _chunks(sorted(set(group_ids)), _FILTER_CHUNK):
             rules.extend(
@@ -131,11 +144,62 @@ class SecurityGroupRules:
                     [
                         {"Name": "group-id", "Values": chunk},
                         {"Name": f"tag:{OWNER_TAG_KEY}", "Values": [owner]},
-                        {"Name": f"tag:{PLAN_TAG_KEY}", "Values": [plan_id]},
+                        {"Name": f"tag:{tag_key}", "Values": [plan_id]},
                     ]
                 )
             )
         return rules
+
+    def adopt(self, group_id: str, rule_id: str, rule: Rule, owner: str, plan_id: str) -> None:
+        """Take over an unmanaged rule in place: the owner tag (with the execution and the
+        rule's description, for a rollback), then the desired description. Neither call
+        changes what the rule admits; a retry skips what already applied."""
+        target = next((r for r in self.describe([group_id]) if r.rule_id == rule_id), None)
+        if target is None or target.key != rule.key:
+            raise RuleChanged(
+                f"{group_id}: rule {rule_id} to adopt is "
+                + ("gone" if target is None else f"now {target.key}, not {rule.key}")
+            )
+        other = target.tag(OWNER_TAG_KEY)
+        if other is not None and other != owner:
+            raise NotOwned(f"refusing to adopt rule {target}: deployment {other!r} owns it")
+        if other is None:
+            tags = [
+                {"Key": OWNER_TAG_KEY, "Value": owner},
+                {"Key": ADOPTED_BY_TAG_KEY, "Value": plan_id},
+                {"Key": ADOPTED_DESCRIPTION_TAG_KEY, "Value": target.description},
+            ]
+            self._write(lambda: self.ec2.create_tags(Resources=[rule_id], Tags=tags))
+        if target.description != rule.description:
+            self._rewrite(group_id, rule_id, rule)
+
+    def hand_back(self, group_ids: Sequence[str], owner: str, plan_id: str) -> list[str]:
+        """Undo this execution's adoptions: the old description back, then the tags off."""
+        handed: list[str] = []
+        for rule in self.tagged(group_ids, owner, plan_id, ADOPTED_BY_TAG_KEY):
+            rule_id = rule.rule_id or ""
+            old = rule.tag(ADOPTED_DESCRIPTION_TAG_KEY) or ""
+            if rule.description != old:
+                self._rewrite(rule.group_id, rule_id, replace(rule, description=old))
+            keys = (OWNER_TAG_KEY, ADOPTED_BY_TAG_KEY, ADOPTED_DESCRIPTION_TAG_KEY)
+            self._write(  # called at once: the loop variables cannot move under it
+                lambda: self.ec2.delete_tags(
+                    Resources=[rule_id],  # noqa: B023
+                    Tags=[{"Key": k} for k in keys],  # noqa: B023
+                )
+            )
+            handed.append(rule_id)
+        return sorted(handed)
+
+    def _rewrite(self, group_id: str, rule_id: str, rule: Rule) -> None:
+        self._write(
+            lambda: self.ec2.modify_security_group_rules(
+                GroupId=group_id,
+                SecurityGroupRules=[
+                    {"SecurityGroupRuleId": rule_id, "SecurityGroupRule": rule_request(rule)}
+                ],
+            )
+        )
 
     def authorize(
         self, group_id: str, rules: Sequence[Rule], owner: str, plan_id: str
@@ -211,11 +275,4 @@ class SecurityGroupRules:
             return
         if guard is not None:
             guard(live)
-        self._write(
-            lambda: self.ec2.modify_security_group_rules(
-                GroupId=group_id,
-                SecurityGroupRules=[
-                    {"SecurityGroupRuleId": rule_id, "SecurityGroupRule": rule_request(rule)}
-                ],
-            )
-        )
+        self._rewrite(group_id, rule_id, rule)

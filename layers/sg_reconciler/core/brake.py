@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from sg_reconciler.core.desired import LookupMiss
 from sg_reconciler.core.phases import split_phases
 from sg_reconciler.core.plan import Modify, Plan, Revoke
 from sg_reconciler.core.rules import Rule
@@ -98,18 +99,6 @@ def check_brake(
     ids = sorted(r.rule_id or "" for r in removed)
     fingerprint = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
     return BrakeVerdict("; ".join(reasons), fingerprint)
-
-
-@dataclass(frozen=True)
-class LookupMiss:
-    """A registered IP target whose interface (so its security groups) was not found: a pod
-    on a delegated prefix, an interface mid-replacement, an address outside the VPC."""
-
-    vpc_id: str
-    target_group: str
-    target_id: str
-    protocol: str  # "tcp" or "udp"
-    ports: frozenset[int]  # traffic and health-check ports
 
 
 def check_lookup_misses(

@@ -1,11 +1,18 @@
 """Desired ingress rules derived from load balancers and their targets, plus static rules.
 
-For each managed load balancer that has security groups, each of its target groups and each
-registered target: the groups the target lives in (per policy) must allow the traffic port
-and the health-check port from the rule source (the load balancer's own groups, or one
-shared backend group). Ports are gathered per (group, peer, protocol) and covered with at
-most `rule_budget` ranges by `compact`, which exposes fewer unneeded ports than the single
-min..max range the AWS Load Balancer Controller opens.
+The policy is a list of bindings. Each binding selects load balancers by tag and says where
+their traffic comes from (the rule source) and which groups receive the rules (the
+destination). For each of its load balancers, target groups and registered targets, the
+destination groups must allow the traffic port and the health-check port from the source.
+Ports are gathered per flow (group, peer, protocol) and covered with at most `rule_budget`
+ranges by `compact`, which exposes fewer unneeded ports than the single min..max range the
+AWS Load Balancer Controller opens. Two bindings that shape one flow must agree on how
+(see the README's configuration section): otherwise the desired state is refused, naming both.
+
+Sources follow AWS's rules for Network Load Balancers: a load balancer with security groups
+is referenced by group; one without is admitted by address. Its own addresses (its subnets'
+CIDRs) carry health checks, and all traffic when client IP preservation is off; when it is
+on, the traffic's source is the client, so the binding's client CIDRs are admitted instead.
 """
 
 from __future__ import annotations
@@ -15,11 +22,20 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sg_reconciler.core.compaction import PortRange, compact, merge_ranges
-from sg_reconciler.core.inventory import Inventory, LoadBalancer, SecurityGroup, TargetGroup
-from sg_reconciler.core.rules import DEFAULT_OWNER, Peer, Rule, RuleKey
+from sg_reconciler.core.inventory import (
+    Inventory,
+    LoadBalancer,
+    SecurityGroup,
+    Tags,
+    Target,
+    TargetGroup,
+)
+from sg_reconciler.core.rules import DEFAULT_OWNER, Peer, Rule, RuleKey, cidr_peer
 from sg_reconciler.core.scope import Scope
 
-DestinationKind = Literal["target_enis", "named_groups", "tagged_groups"]
+SourceKind = Literal["load_balancer_groups", "backend_group", "load_balancer_addresses"]
+DestinationKind = Literal["target_enis", "named_groups", "tagged_groups", "cluster_group"]
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 
 # Target-group protocol -> the IP protocols its traffic uses.
 TRAFFIC_PROTOCOLS: Mapping[str, tuple[str, ...]] = {
@@ -34,18 +50,69 @@ TRAFFIC_PROTOCOLS: Mapping[str, tuple[str, ...]] = {
 HEALTH_CHECK_PROTOCOLS: Mapping[str, str] = {"TCP": "tcp", "HTTP": "tcp", "HTTPS": "tcp"}
 
 
+class DesiredStateError(ValueError):
+    """A desired state that cannot be derived (two bindings disagree); the message is one line."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One set of load balancers and how their targets' rules are derived.
+
+    The empty selector here selects every load balancer of the inventory; the policy model
+    supplies its own default (the managed tag)."""
+
+    name: str = "default"
+    load_balancer_tags: Tags = ()  # all must match; the value "*" matches any value
+    source: SourceKind = "load_balancer_groups"
+    backend_group: str | None = None
+    # CIDRs admitted for client traffic when client IP preservation is on (addresses
+    # source only); None: an internal load balancer's VPC CIDRs, nothing for an
+    # internet-facing one (the README explains why).
+    client_cidrs: tuple[str, ...] | None = None
+    destination: DestinationKind = "target_enis"
+    named_groups: tuple[str, ...] = ()
+    tag_key: str | None = None
+    tag_value: str | None = None
+    cluster_name: str | None = None
+    include_health_checks: bool = True
+    rule_budget: int = 3
+
+    def selects(self, tags: Tags | Mapping[str, str]) -> bool:
+        """Whether a load balancer with these tags belongs to this binding."""
+        have = dict(tags)
+        return all(
+            key in have and (want == "*" or have[key] == want)
+            for key, want in self.load_balancer_tags
+        )
+
+    @property
+    def needs_interfaces(self) -> bool:
+        """Whether targets' interfaces must be read to place their rules."""
+        return self.destination != "named_groups"
+
+    @property
+    def shaping(self) -> tuple[int, bool]:
+        """What two bindings shaping one flow must agree on."""
+        return (self.rule_budget, self.include_health_checks)
+
+
+def disagreement(first: Binding, second: Binding, what: str) -> str | None:
+    """Why two bindings that derive `what` cannot both shape it, or None if they agree."""
+    if first.shaping == second.shaping:
+        return None
+    return (
+        f"bindings {first.name!r} and {second.name!r} both derive {what} but disagree "
+        f"(rule_budget {first.rule_budget} and {second.rule_budget}, include_health_checks "
+        f"{first.include_health_checks} and {second.include_health_checks}): make them agree"
+    )
+
+
 @dataclass(frozen=True)
 class DesiredSettings:
     """The parts of the policy that shape desired rules (the policy model builds this)."""
 
     owner: str = DEFAULT_OWNER
-    backend_group: str | None = None  # None: each load balancer's own groups are the peers
-    destination: DestinationKind = "target_enis"
-    named_groups: tuple[str, ...] = ()
-    tag_key: str | None = None
-    tag_value: str | None = None
-    include_health_checks: bool = True
-    rule_budget: int = 3
+    bindings: tuple[Binding, ...] = (Binding(),)
     static_rules: tuple[Rule, ...] = ()
 
     @property
@@ -54,7 +121,7 @@ class DesiredSettings:
         return f"{self.owner}: load balancer targets"
 
 
-Flow = tuple[str, str, str]  # (group that gets the rule, peer group, protocol)
+Flow = tuple[str, Peer, str]  # (group that gets the rule, peer, protocol)
 
 
 @dataclass(frozen=True)
@@ -69,6 +136,19 @@ class Exposure:
 
 
 @dataclass(frozen=True)
+class LookupMiss:
+    """A target whose security group is unknown: its interface was not found (a pod on an
+    unknown address, an interface mid-replacement, an address outside the VPC) or, with the
+    cluster_group destination, the group cannot be chosen (as the LBC, which stops there)."""
+
+    vpc_id: str
+    target_group: str
+    target_id: str
+    protocol: str  # "tcp" or "udp"
+    ports: frozenset[int]  # traffic and health-check ports
+
+
+@dataclass(frozen=True)
 class DesiredState:
     rules: tuple[Rule, ...]
     exposure: Mapping[str, Exposure]
@@ -76,10 +156,11 @@ class DesiredState:
     # Load balancer ARN, target group ARN or instance id -> groups whose rules it shapes.
     links: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # Load balancer or target group ARN -> the peers of the rules it shapes.
-    sources: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    sources: Mapping[str, frozenset[Peer]] = field(default_factory=dict)
     # Each desired rule -> what needs it ("target group web (load balancer k8s-web)", or
     # "static rule"), so that a plan can say why a rule exists.
     needed_by: Mapping[RuleKey, tuple[str, ...]] = field(default_factory=dict)
+    lookup_misses: tuple[LookupMiss, ...] = ()
 
 
 def subtract_ranges(ranges: Iterable[PortRange], cover: Iterable[PortRange]) -> list[PortRange]:
@@ -103,8 +184,24 @@ def _port_ranges(ports: set[int]) -> list[PortRange]:
     return merge_ranges((p, p) for p in ports)
 
 
+def preserves_client_ip(lb: LoadBalancer, tg: TargetGroup) -> bool:
+    """Whether targets see the client's address (AWS's defaults when the attribute is unread:
+    on for instance targets and for UDP and TCP_UDP; an ALB always proxies)."""
+    if lb.type != "network":
+        return False
+    if tg.preserve_client_ip is not None:
+        return tg.preserve_client_ip
+    return tg.target_type == "instance" or tg.protocol.upper() in ("UDP", "TCP_UDP")
+
+
+@dataclass(frozen=True)
+class _Peers:
+    traffic: tuple[Peer, ...]
+    health: tuple[Peer, ...]
+
+
 class _Builder:
-    """One pass over the inventory; collects needed ports per flow and what links to what."""
+    """One pass over the inventory per binding; collects needed ports per flow and links."""
 
     def __init__(self, inventory: Inventory, settings: DesiredSettings) -> None:
         self.inventory = inventory
@@ -112,9 +209,11 @@ class _Builder:
         self.groups: Mapping[str, SecurityGroup] = inventory.groups
         self.needed: dict[Flow, set[int]] = {}
         self.why: dict[Flow, dict[str, set[int]]] = {}  # a flow -> what needs which ports
+        self.shaped_by: dict[Flow, Binding] = {}  # the first binding that shaped each flow
         self.notes: list[str] = []
         self.links: dict[str, set[str]] = {}
-        self.sources: dict[str, set[str]] = {}
+        self.sources: dict[str, set[Peer]] = {}
+        self.misses: list[LookupMiss] = []
         self._missing_noted: set[str] = set()
 
     def note_missing(self, group_id: str, role: str) -> None:
@@ -130,15 +229,16 @@ class _Builder:
         self.note_missing(group_id, role)
         return False
 
-    def peers_of(self, lb: LoadBalancer) -> list[str]:
+    def group_peers(self, lb: LoadBalancer, binding: Binding) -> list[Peer]:
         if not lb.security_groups:
             self.notes.append(
                 f"load balancer {lb.name} has no security groups: no rule can name it as a "
-                "source, so its targets are skipped"
+                "source, so its targets are skipped (a binding with rule_source "
+                "load_balancer_addresses admits it by address)"
             )
             return []
-        if self.settings.backend_group is not None:
-            backend = self.settings.backend_group
+        if binding.backend_group is not None:
+            backend = binding.backend_group
             if backend not in lb.security_groups:
                 self.notes.append(
                     f"load balancer {lb.name} does not carry the backend group {backend}: "
@@ -147,25 +247,98 @@ class _Builder:
             candidates = [backend]
         else:
             candidates = list(lb.security_groups)
-        return [g for g in candidates if self.exists(g, f"rule source of {lb.name}")]
+        return [Peer("group", g) for g in candidates if self.exists(g, f"rule source of {lb.name}")]
 
-    def hosts_of(self, target_groups: tuple[str, ...]) -> list[str]:
-        settings = self.settings
-        if settings.destination == "named_groups":
-            candidates = list(settings.named_groups)
-        elif settings.destination == "tagged_groups":
+    def client_peers(self, lb: LoadBalancer, binding: Binding) -> list[Peer]:
+        if binding.client_cidrs is not None:
+            return [cidr_peer(c) for c in binding.client_cidrs]
+        if lb.scheme == "internal":
+            return [
+                cidr_peer(c)
+                for c in self.inventory.vpc_cidrs.get(lb.vpc_id, ())
+                if ":" not in c or lb.ip_address_type != "ipv4"
+            ]
+        self.notes.append(
+            f"load balancer {lb.name} is internet-facing and preserves client addresses, but "
+            f"binding {binding.name} declares no client_cidrs: client traffic is not admitted "
+            "(declare the clients, e.g. 0.0.0.0/0 and ::/0, to admit them)"
+        )
+        return []
+
+    def peers_of(self, lb: LoadBalancer, tg: TargetGroup, binding: Binding) -> _Peers:
+        if binding.source != "load_balancer_addresses":
+            peers = tuple(self.group_peers(lb, binding))
+            return _Peers(peers, peers)
+        own = tuple(
+            cidr_peer(c) for c in lb.subnet_cidrs if ":" not in c or lb.ip_address_type != "ipv4"
+        )
+        if not own:
+            self.notes.append(
+                f"load balancer {lb.name}: the CIDRs of its subnets are unknown, so its "
+                "health checks are not admitted"
+            )
+        if preserves_client_ip(lb, tg):
+            return _Peers(tuple(self.client_peers(lb, binding)), own)
+        return _Peers(own, own)
+
+    def hosts_of(self, target: Target, tg: TargetGroup, binding: Binding) -> list[str] | None:
+        """The groups that receive a target's rules; None when they cannot be chosen."""
+        if binding.destination == "named_groups":
+            candidates = list(binding.named_groups)
+        elif binding.destination == "tagged_groups":
             candidates = [
                 g
-                for g in target_groups
+                for g in target.group_ids
                 if g in self.groups
-                and (value := self.groups[g].tag(settings.tag_key or "")) is not None
-                and (settings.tag_value is None or value == settings.tag_value)
+                and (value := self.groups[g].tag(binding.tag_key or "")) is not None
+                and (binding.tag_value is None or value == binding.tag_value)
             ]
+        elif binding.destination == "cluster_group":
+            chosen = self.cluster_group(target, tg, binding)
+            if chosen is None:
+                return None
+            candidates = chosen
         else:
-            candidates = list(target_groups)
+            candidates = list(target.group_ids)
         return [g for g in candidates if self.exists(g, "target group destination")]
 
-    def add_target_group(self, tg: TargetGroup, lbs: list[LoadBalancer]) -> None:
+    def cluster_group(self, target: Target, tg: TargetGroup, binding: Binding) -> list[str] | None:
+        """The AWS Load Balancer Controller's choice: the interface's only group, else its
+        one group tagged kubernetes.io/cluster/<name>; anything else is an error there too
+        (None). No interface at all is a lookup miss, which the caller reports."""
+        ids = target.group_ids
+        if len(ids) <= 1:
+            return list(ids)
+        key = CLUSTER_TAG_PREFIX + (binding.cluster_name or "")
+        tagged = [g for g in ids if g in self.groups and self.groups[g].tag(key) is not None]
+        if len(tagged) == 1:
+            return tagged
+        self.notes.append(
+            f"target {target.target_id} in {tg.name}: expected exactly one security group "
+            f"tagged {key} on its interface, found {len(tagged)} of {len(ids)} "
+            f"(binding {binding.name}): its rules are not derived and revokes that could "
+            "take its ports are held"
+        )
+        return None
+
+    def miss(
+        self, tg: TargetGroup, target: Target, protocols: Iterable[str], ports: set[int]
+    ) -> None:
+        self.misses += [
+            LookupMiss(tg.vpc_id, tg.name, target.target_id, protocol, frozenset(ports))
+            for protocol in protocols
+        ]
+
+    def need(self, flow: Flow, port: int, why: str, binding: Binding) -> None:
+        first = self.shaped_by.setdefault(flow, binding)
+        host, peer, protocol = flow
+        conflict = disagreement(first, binding, f"{protocol} rules in {host} from {peer}")
+        if conflict:
+            raise DesiredStateError(conflict)
+        self.needed.setdefault(flow, set()).add(port)
+        self.why.setdefault(flow, {}).setdefault(why, set()).add(port)
+
+    def add_target_group(self, tg: TargetGroup, lbs: list[LoadBalancer], binding: Binding) -> None:
         traffic = TRAFFIC_PROTOCOLS.get(tg.protocol.upper())
         if tg.target_type not in ("instance", "ip"):
             if tg.target_type == "alb":
@@ -174,8 +347,10 @@ class _Builder:
         if traffic is None:
             self.notes.append(f"target group {tg.name}: protocol {tg.protocol} is not managed")
             return
-        peers = sorted({p for lb in lbs for p in self.peers_of(lb)})
-        if not peers:
+        by_lb = [(lb, self.peers_of(lb, tg, binding)) for lb in lbs]
+        traffic_peers = sorted({p for _, peers in by_lb for p in peers.traffic})
+        health_peers = sorted({p for _, peers in by_lb for p in peers.health})
+        if not traffic_peers and not health_peers:
             return
         health_protocol = HEALTH_CHECK_PROTOCOLS.get(tg.health_check_protocol.upper(), "tcp")
         explicit_health_port = None
@@ -186,49 +361,52 @@ class _Builder:
                 f"target group {tg.name}: health-check port {tg.health_check_port!r} not "
                 "understood; the traffic port is used"
             )
-        check_health = self.settings.include_health_checks and tg.health_check_enabled
-        need = f"target group {tg.name} ({', '.join(lb.name for lb in lbs)})"
+        check_health = binding.include_health_checks and tg.health_check_enabled
+        why = f"target group {tg.name} ({', '.join(lb.name for lb in lbs)})"
         tg_hosts: set[str] = set()
         unplaced = 0
         for target in tg.targets:
             port = target.port if target.port is not None else tg.port
             if port is None:
                 continue
-            hosts = self.hosts_of(target.group_ids)
+            health_port = port if explicit_health_port is None else explicit_health_port
+            hosts = self.hosts_of(target, tg, binding)
+            unknown = tg.target_type == "ip" and not target.group_ids and binding.needs_interfaces
+            if hosts is None or unknown:
+                self.miss(tg, target, traffic, {port, health_port})
             if not hosts:
                 unplaced += 1
                 continue
             tg_hosts.update(hosts)
-            health_port = port if explicit_health_port is None else explicit_health_port
+            wants = [(protocol, port, traffic_peers) for protocol in traffic]
+            if check_health:
+                wants.append((health_protocol, health_port, health_peers))
             for host in hosts:
-                for peer in peers:
-                    wants = [(protocol, port) for protocol in traffic]
-                    if check_health:
-                        wants.append((health_protocol, health_port))
-                    for protocol, wanted in wants:
-                        flow = (host, peer, protocol)
-                        self.needed.setdefault(flow, set()).add(wanted)
-                        self.why.setdefault(flow, {}).setdefault(need, set()).add(wanted)
+                for protocol, wanted, peers in wants:
+                    for peer in peers:
+                        self.need((host, peer, protocol), wanted, why, binding)
         if unplaced:
             self.notes.append(
                 f"target group {tg.name}: {unplaced} target(s) in no destination group "
                 "(interface not found or no matching group): no rules for them"
             )
+        all_peers = {*traffic_peers, *health_peers}
         self.links.setdefault(tg.arn, set()).update(tg_hosts)
-        self.sources.setdefault(tg.arn, set()).update(peers)
+        self.sources.setdefault(tg.arn, set()).update(all_peers)
         for lb in lbs:
             self.links.setdefault(lb.arn, set()).update(tg_hosts)
-            self.sources.setdefault(lb.arn, set()).update(peers)
+            self.sources.setdefault(lb.arn, set()).update(all_peers)
         for target in tg.targets:
             if target.instance_id:
                 self.links.setdefault(target.instance_id, set()).update(tg_hosts)
 
     def build(self) -> DesiredState:
-        lbs = {lb.arn: lb for lb in self.inventory.load_balancers}
-        for tg in sorted(self.inventory.target_groups, key=lambda t: t.arn):
-            attached = [lbs[a] for a in tg.load_balancer_arns if a in lbs]
-            if attached:
-                self.add_target_group(tg, attached)
+        for binding in self.settings.bindings:
+            lbs = {lb.arn: lb for lb in self.inventory.load_balancers if binding.selects(lb.tags)}
+            for tg in sorted(self.inventory.target_groups, key=lambda t: t.arn):
+                attached = [lbs[a] for a in tg.load_balancer_arns if a in lbs]
+                if attached:
+                    self.add_target_group(tg, attached, binding)
         return self.finish()
 
     def finish(self) -> DesiredState:
@@ -242,9 +420,8 @@ class _Builder:
             if key.peer.kind == "group" and not self.exists(key.peer.value, "static rule source"):
                 continue
             statics.append(rule)
-            if key.peer.kind == "group":
-                flow = (key.group_id, key.peer.value, key.protocol)
-                static_cover.setdefault(flow, []).append((key.from_port, key.to_port))
+            flow = (key.group_id, key.peer, key.protocol)
+            static_cover.setdefault(flow, []).append((key.from_port, key.to_port))
         rules: list[Rule] = list(statics)
         per_group: dict[str, list[int]] = {}
         for flow in sorted(self.needed):
@@ -252,15 +429,10 @@ class _Builder:
             needed = subtract_ranges(_port_ranges(self.needed[flow]), static_cover.get(flow, ()))
             if not needed:
                 continue
-            cover = compact(needed, settings.rule_budget)
+            cover = compact(needed, self.shaped_by[flow].rule_budget)
             lbc = compact(needed, 1)
             for lo, hi in cover.ranges:
-                rules.append(
-                    Rule(
-                        RuleKey(host, protocol, lo, hi, Peer("group", peer)),
-                        settings.description,
-                    )
-                )
+                rules.append(Rule(RuleKey(host, protocol, lo, hi, peer), settings.description))
             totals = per_group.setdefault(host, [0, 0, 0, 0])
             totals[0] += len(cover.ranges)
             totals[1] += cover.needed_ports
@@ -272,14 +444,15 @@ class _Builder:
         needed_by: dict[RuleKey, set[str]] = {r.key: {"static rule"} for r in statics}
         by_flow: dict[Flow, list[RuleKey]] = {}
         for rule in rules:
-            flow = (rule.group_id, rule.key.peer.value, rule.key.protocol)
-            by_flow.setdefault(flow, []).append(rule.key)
+            by_flow.setdefault((rule.group_id, rule.key.peer, rule.key.protocol), []).append(
+                rule.key
+            )
         for flow, needs in self.why.items():
             keys = by_flow.get(flow, [])
-            for need, ports in needs.items():
+            for why, ports in needs.items():
                 for key in keys:
                     if any(key.from_port <= port <= key.to_port for port in ports):
-                        needed_by.setdefault(key, set()).add(need)
+                        needed_by.setdefault(key, set()).add(why)
         return DesiredState(
             rules=tuple(sorted(rules, key=lambda r: r.key)),
             exposure=exposure,
@@ -287,6 +460,7 @@ class _Builder:
             links={k: frozenset(v) for k, v in self.links.items()},
             sources={k: frozenset(v) for k, v in self.sources.items()},
             needed_by={k: tuple(sorted(v)) for k, v in needed_by.items()},
+            lookup_misses=tuple(dict.fromkeys(self.misses)),
         )
 
 
@@ -302,16 +476,16 @@ def touched_groups(
 
     A group is touched when the scope names it, when it gets rules for a load balancer or
     target group in scope, or when it hosts an instance in scope. Groups holding owned rules
-    whose peer is a touched rule source are touched too, so a rule that moves away from a
-    group is revoked there. A load balancer or target group the inventory does not know
-    (deleted, or no longer managed) widens the scope to everything: its old rules can only
-    be found by a full pass.
+    whose peer is a touched rule source (a group or an address) are touched too, so a rule
+    that moves away from a group is revoked there. A load balancer or target group the
+    inventory does not know (deleted, or no longer managed) widens the scope to everything:
+    its old rules can only be found by a full pass.
     """
     if scope is None or scope.full:
         return None
     known = {lb.arn for lb in inventory.load_balancers} | {tg.arn for tg in inventory.target_groups}
     touched = set(scope.group_ids)
-    sources = set(scope.group_ids)
+    sources = {Peer("group", g) for g in scope.group_ids}
     for arn in scope.load_balancer_arns | scope.target_group_arns:
         if arn not in known:
             return None
@@ -322,6 +496,6 @@ def touched_groups(
     for rule in (*inventory.rules, *state.rules):
         peer = rule.key.peer
         ours = rule.rule_id is None or rule.owned_by(owner)  # desired, or owned current
-        if ours and peer.kind == "group" and peer.value in sources:
+        if ours and peer in sources:
             touched.add(rule.group_id)
     return frozenset(touched)

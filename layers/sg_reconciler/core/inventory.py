@@ -41,6 +41,9 @@ class LoadBalancer:
     security_groups: tuple[str, ...] = ()
     tags: Tags = ()
     vpc_id: str = ""
+    scheme: str = "internet-facing"  # or "internal"
+    ip_address_type: str = "ipv4"  # "dualstack" and "dualstack-without-public-ipv4" add IPv6
+    subnet_cidrs: tuple[str, ...] = ()  # IPv4 and IPv6 CIDRs of its subnets, when read
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class TargetGroup:
     load_balancer_arns: tuple[str, ...] = ()
     vpc_id: str = ""
     targets: tuple[Target, ...] = ()
+    preserve_client_ip: bool | None = None  # the preserve_client_ip.enabled attribute, if read
 
 
 @dataclass(frozen=True)
@@ -90,3 +94,4 @@ class Inventory:
     notes: tuple[str, ...] = ()
     prefix_lists: Mapping[str, PrefixListSize] = field(default_factory=dict)
     account_rule_quota: int | None = None  # Service Quotas L-0EA8095F, when it could be read
+    vpc_cidrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # IPv4 and IPv6

@@ -22,7 +22,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sg_reconciler.core.plan import Authorize, Modify, Revoke, Step, step_from_dict, step_to_dict
+from sg_reconciler.core.plan import (
+    Adopt,
+    Authorize,
+    Modify,
+    Revoke,
+    Step,
+    step_from_dict,
+    step_to_dict,
+)
 from sg_reconciler.core.rules import Rule, RuleError, rule_to_dict
 
 Items = tuple[tuple[str, tuple[Step, ...]], ...]  # (group, its calls in order)
@@ -54,7 +62,7 @@ class Phases:
                 "group_id": group_id,
                 "steps": [step_to_dict(s) for s in steps],
             }
-            if any(not isinstance(s, Authorize) for s in steps):
+            if any(not isinstance(s, ADDING) for s in steps):
                 item["desired"] = [
                     rule_to_dict(r, with_identity=False) for r in wanted.get(group_id, ())
                 ]
@@ -172,13 +180,17 @@ def _by_group(steps: Sequence[Step]) -> Items:
     return tuple((g, tuple(s)) for g, s in sorted(groups.items()))
 
 
+# Steps that never take traffic away: they run in the first phase, before any revoke.
+ADDING = (Authorize, Adopt)
+
+
 def split_phases(steps: Sequence[Step]) -> Phases:
     steps = list(steps)
     head = 0
-    while head < len(steps) and isinstance(steps[head], Authorize):
+    while head < len(steps) and isinstance(steps[head], ADDING):
         head += 1
     tail = len(steps)
-    while tail > head and not isinstance(steps[tail - 1], Authorize):
+    while tail > head and not isinstance(steps[tail - 1], ADDING):
         tail -= 1
     # The tail runs per group in parallel: it must not reorder a group's calls that the
     # ordered phase interleaves, so a group that appears in the middle keeps its tail there.
@@ -205,7 +217,7 @@ def applied_problems(phases: Phases, rules_now: Sequence[Rule], *, final: bool) 
             problems += [
                 f"{i} in {step.group_id} still exists" for i in step.rule_ids if i in by_id
             ]
-        elif isinstance(step, Modify):
+        elif isinstance(step, Modify | Adopt):
             now = by_id.get(step.rule_id)
             if now is None or now.key != step.rule.key or now.description != step.rule.description:
                 problems.append(f"{step.rule_id} in {step.group_id} is not yet {step.rule.key}")

@@ -36,7 +36,18 @@ class Modify:
     rule: Rule
 
 
-Step = Authorize | Revoke | Modify
+@dataclass(frozen=True)
+class Adopt:
+    """Take over an unmanaged rule that is exactly a desired rule: tag it with the owner and
+    give it the desired description, in place (same id, same key: traffic never changes).
+    How a hand-over from another tool, like the AWS Load Balancer Controller, avoids a gap."""
+
+    group_id: str
+    rule_id: str
+    rule: Rule  # the desired rule: the adopted rule's key, the reconciler's description
+
+
+Step = Authorize | Revoke | Modify | Adopt
 
 
 @dataclass(frozen=True)
@@ -88,7 +99,7 @@ def step_to_dict(step: Step) -> dict[str, Any]:
     if isinstance(step, Revoke):
         return {"action": "revoke", "group_id": step.group_id, "rule_ids": list(step.rule_ids)}
     return {
-        "action": "modify",
+        "action": "adopt" if isinstance(step, Adopt) else "modify",
         "group_id": step.group_id,
         "rule_id": step.rule_id,
         "rule": rule_to_dict(step.rule, with_identity=False),
@@ -120,11 +131,12 @@ def step_from_dict(doc: object) -> Step:
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
             raise RuleError("a revoke step needs a non-empty list of rule ids")
         return Revoke(group_id, tuple(ids))
-    if action == "modify":
+    if action in ("modify", "adopt"):
         rule = rule_from_dict(doc.get("rule"))
         if rule.group_id != group_id:
-            raise RuleError(f"a modify step for {group_id} carries a rule of another group")
-        return Modify(group_id, _string(doc, "rule_id"), rule)
+            raise RuleError(f"a {action} step for {group_id} carries a rule of another group")
+        kind = Modify if action == "modify" else Adopt
+        return kind(group_id, _string(doc, "rule_id"), rule)
     raise RuleError(f"unknown step action {action!r}")
 
 

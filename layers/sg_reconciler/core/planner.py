@@ -11,10 +11,10 @@ Never revoke first: when no order keeps OLD ∩ NEW allowed within the quota, re
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from sg_reconciler.core.plan import Authorize, Modify, Plan, Refusal, Revoke, Step
+from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Refusal, Revoke, Step
 from sg_reconciler.core.quota import Limits, Usage, add, sub
 from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, RuleError, RuleKey
 from sg_reconciler.core.safety import GroupBounds, check_plan, flow_conflict, group_bounds
@@ -297,6 +297,7 @@ def make_plan(
     search_budget: int = DEFAULT_SEARCH_BUDGET,
     *,
     partial: bool = False,
+    adopt: Callable[[Rule], bool] | None = None,
 ) -> Plan | Refusal:
     """Plan the change of `current` (all ingress rules in scope) to `desired` (managed rules).
 
@@ -304,6 +305,9 @@ def make_plan(
     authorizes what the other groups need (and fixes descriptions) but revokes nothing
     anywhere, because a rule moving from one group to another must never leave the old group
     while the new one cannot get it. `Plan.refused` says why; the next run does the rest.
+
+    `adopt` says which unmanaged rules may be taken over: one that is exactly a desired rule
+    is adopted in place (first phase, no traffic change) instead of being left to its owner.
     """
     limits = limits or Limits()
     wanted = dedupe_desired(desired)
@@ -318,6 +322,9 @@ def make_plan(
     for diff in diff_groups(current, wanted, owner):
         gid, limit = diff.group_id, limits(diff.group_id)
         for want, have in diff.satisfied:
+            if adopt is not None and adopt(have):
+                first.append(Adopt(gid, _rule_id(have), want))
+                continue
             notes.append(
                 f"{gid}: desired {want.key} is already allowed by unmanaged rule {have.rule_id}; left as is"
             )

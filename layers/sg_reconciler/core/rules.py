@@ -17,6 +17,10 @@ from typing import Any, Literal, NamedTuple, TypeGuard
 
 OWNER_TAG_KEY = "sg-reconciler/owner"
 PLAN_TAG_KEY = "sg-reconciler/plan-id"
+# On a rule taken over from another tool: the execution that adopted it and the description
+# it had, so that a rollback hands it back exactly as it was.
+ADOPTED_BY_TAG_KEY = "sg-reconciler/adopted-by"
+ADOPTED_DESCRIPTION_TAG_KEY = "sg-reconciler/adopted-description"
 DEFAULT_OWNER = "sg-reconciler"
 DEFAULT_MAX_RULES_PER_GROUP = 60
 
@@ -151,6 +155,11 @@ def _cidr(version: int, text: str) -> str:
     """A CIDR with host bits cleared; cached, as accounts repeat a few CIDRs in many rules."""
     network = ipaddress.IPv4Network if version == 4 else ipaddress.IPv6Network
     return str(network(text, strict=False))
+
+
+def cidr_peer(text: str) -> Peer:
+    """The peer of an IPv4 or IPv6 CIDR, normalised as EC2 stores it (ValueError if invalid)."""
+    return Peer("cidr6", _cidr(6, text)) if ":" in text else Peer("cidr4", _cidr(4, text))
 
 
 def _normalize_peer(doc: Mapping[str, Any]) -> Peer:

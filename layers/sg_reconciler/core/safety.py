@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
+from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleKey
 from sg_reconciler.core.traffic import Traffic, key_box, touching
@@ -182,6 +182,16 @@ def check_plan(
                     for needed in _first_needed(bounds, target.key, present):
                         bad("9 flow", f"revokes {target} before {needed} exists")
                     del rules[rule_id]
+        elif isinstance(step, Adopt):
+            target = rules.get(step.rule_id)
+            if target is None:
+                bad("call shape", f"rule {step.rule_id} does not exist in the group")
+            elif target.owned_by(owner):
+                bad("call shape", f"adopts rule {target}, which is already owned")
+            elif target.key != step.rule.key:
+                bad("call shape", f"adopts rule {target} as {step.rule.key}: another rule")
+            else:
+                rules[step.rule_id] = replace(step.rule, rule_id=step.rule_id, tags=owner_tags)
         elif isinstance(step, Modify):
             target = rules.get(step.rule_id)
             if target is None:

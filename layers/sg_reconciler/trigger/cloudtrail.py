@@ -46,6 +46,7 @@ ELB_EVENT_NAMES: tuple[str, ...] = (
     "SetSecurityGroups",
     "CreateTargetGroup",
     "ModifyTargetGroup",
+    "ModifyTargetGroupAttributes",  # client IP preservation decides an addressed NLB's peers
     "DeleteTargetGroup",
     "CreateListener",
     "ModifyListener",
@@ -504,6 +505,12 @@ class ModifyTargetGroupDetail(CloudTrailDetail):
     responseElements: TargetGroupsResponse | None = None
 
 
+class ModifyTargetGroupAttributesDetail(CloudTrailDetail):
+    eventName: Literal["ModifyTargetGroupAttributes"]
+    requestParameters: TargetGroupParameters
+    responseElements: dict[str, Any] | None = None
+
+
 class DeleteTargetGroupDetail(CloudTrailDetail):
     eventName: Literal["DeleteTargetGroup"]
     requestParameters: TargetGroupParameters
@@ -586,6 +593,7 @@ KnownDetail = Annotated[
     | SetSecurityGroupsDetail
     | CreateTargetGroupDetail
     | ModifyTargetGroupDetail
+    | ModifyTargetGroupAttributesDetail
     | DeleteTargetGroupDetail
     | CreateListenerDetail
     | ModifyListenerDetail

@@ -59,6 +59,7 @@ from sg_reconciler.trigger.cloudtrail import (
     ModifyNetworkInterfaceAttributeDetail,
     ModifyRuleDetail,
     ModifySecurityGroupRulesDetail,
+    ModifyTargetGroupAttributesDetail,
     ModifyTargetGroupDetail,
     RegisterTargetsDetail,
     RemoveTagsDetail,
@@ -164,7 +165,7 @@ def scope_of(detail: CloudTrailDetail) -> Scope:
                 load_balancer_arns=_ids(lb for tg in described for lb in tg.loadBalancerArns),
                 target_group_arns=_ids([detail.requestParameters.targetGroupArn]),
             )
-        case DeleteTargetGroupDetail():
+        case DeleteTargetGroupDetail() | ModifyTargetGroupAttributesDetail():
             return Scope(target_group_arns=_ids([detail.requestParameters.targetGroupArn]))
         case CreateListenerDetail():
             return _create_listener(detail)

@@ -4,7 +4,7 @@ After every EC2 write that reaches moto (hook `moto_hooks.on_ec2_write`), the mo
 reads the groups' ingress rules straight from moto's backend and checks, semantically:
 1 no loss (OLD ∩ NEW stays allowed), 2 no over-exposure (nothing outside OLD ∪ NEW), and
 3 ownership (every rule that disappeared or changed since the previous state carried the
-owner tag). OLD and NEW come from `sg_reconciler.core.safety.group_bounds`, as in the
+owner tag, except an adoption: tags added to a rule, nothing else). OLD and NEW come from `sg_reconciler.core.safety.group_bounds`, as in the
 planner's own checker, so the monitor judges the real calls by the planner's rules.
 """
 
@@ -161,8 +161,11 @@ class InvariantMonitor:
                 detail = f"allows {exposed.describe()}"
                 self._violate(snapshot, "2 no over-exposure", group_id, detail, exposed)
         if previous is not None:
+            now = {rule.rule_id: rule for rule in snapshot.rules}
             for rule in _changed(previous.rules, snapshot.rules):
-                if not rule.owned_by(self.owner):
+                if not rule.owned_by(self.owner) and not _adopted(
+                    rule, now.get(rule.rule_id), self.owner
+                ):
                     self._violate(
                         snapshot, "3 ownership", rule.group_id, f"changed unmanaged rule {rule}"
                     )
@@ -186,6 +189,18 @@ def _changed(before: Sequence[Rule], after: Sequence[Rule]) -> list[Rule]:
     """Rules of `before` that are gone from `after` or differ there (ports, peer, text, tags)."""
     now = {rule.rule_id: rule for rule in after}
     return [rule for rule in before if now.get(rule.rule_id) != rule]
+
+
+def _adopted(before: Rule, after: Rule | None, owner: str) -> bool:
+    """Adoption (invariant 3's one exception): only tags were added, the owner's among them;
+    what the rule admits and says did not change."""
+    return (
+        after is not None
+        and after.key == before.key
+        and after.description == before.description
+        and set(before.tags) < set(after.tags)
+        and after.owned_by(owner)
+    )
 
 
 def _backend_of(ec2_client_or_backend: Any) -> Any:

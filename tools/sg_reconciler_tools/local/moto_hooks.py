@@ -1,7 +1,7 @@
 """Every hook into moto's internals, in one module (moto is pinned to 5.2.5).
 
 The local runtime needs a few things moto does not offer through its API: run our Lambda
-handlers in-process, skip the interpreter's real sleeping, close two EC2 fidelity gaps,
+handlers in-process, skip the interpreter's real sleeping, close EC2 fidelity gaps,
 inject faults and observe every security-group write. Each hook is one small function
 whose docstring names the moto internal it touches and returns a `Patch` that undoes it.
 `tests/local/test_moto_hooks.py` checks each one, so a moto upgrade that moves an internal
@@ -11,6 +11,7 @@ fails there with a clear message instead of deep inside a state-machine run.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import importlib
 import ipaddress
 import itertools
@@ -416,6 +417,421 @@ def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
     return _together(f"{owner} rule quota", patches)
 
 
+# Delegated prefixes on network interfaces ------------------------------------------------
+
+# EC2Backend attribute where `patch_eni_delegated_prefixes` keeps, per ENI id, its prefixes
+# by member name ("Ipv4Prefix" / "Ipv6Prefix"), as AWS prints them, in assignment order.
+ENI_PREFIXES: Final = "sg_reconciler_eni_prefixes"
+# Member name -> (IP version, the one prefix length AWS delegates, request list, count param).
+_PREFIX_FAMILIES: Final = {
+    "Ipv4Prefix": (4, 28, "Ipv4Prefixes", "Ipv4PrefixCount"),
+    "Ipv6Prefix": (6, 80, "Ipv6Prefixes", "Ipv6PrefixCount"),
+}
+# DescribeInstances filters on the prefixes of an instance's interfaces (AWS documents
+# these) -> (member name, the `Instance` property the hook adds for moto's filter mapping).
+INSTANCE_PREFIX_FILTERS: Final = {
+    "network-interface.ipv4-prefixes.ipv4-prefix": ("Ipv4Prefix", "delegated_ipv4_prefixes"),
+    "network-interface.ipv6-prefixes.ipv6-prefix": ("Ipv6Prefix", "delegated_ipv6_prefixes"),
+}
+# Prefix filters AWS does not have on DescribeNetworkInterfaces (it answers
+# InvalidParameterValue); refused as AWS does rather than with moto's FilterNotImplementedError.
+INVALID_ENI_PREFIX_FILTERS: Final = ("ipv4-prefix-set.ipv4-prefix", "ipv6-prefix-set.ipv6-prefix")
+_prefixes_lock = threading.Lock()  # a *PrefixCount pick and its recording are one step
+
+
+def _add(owner: type, name: str, value: object, moto_path: str) -> Patch:
+    """Give `owner` an attribute moto lacks; if moto has one now, it may model the thing itself."""
+    if hasattr(owner, name):
+        raise HookError(
+            f"moto internal {moto_path}.{name} exists now (hooks are written for moto "
+            f"{MOTO_VERSION}): check whether moto models it and the hook can go"
+        )
+    setattr(owner, name, value)
+    return Patch(f"{moto_path}.{name}", lambda: delattr(owner, name))
+
+
+def _add_key(mapping: Any, key: str, value: object, moto_path: str) -> Patch:
+    """Give a moto dict an entry it lacks; if moto has one now, it may model the thing itself."""
+    if not isinstance(mapping, dict):
+        raise HookError(f"moto internal {moto_path} is not a dict (moto upgraded?)")
+    if key in mapping:
+        raise HookError(
+            f"moto internal {moto_path} has {key!r} now (hooks are written for moto "
+            f"{MOTO_VERSION}): check whether moto models it and the hook can go"
+        )
+    mapping[key] = value
+    return Patch(f"{moto_path}[{key!r}]", lambda: mapping.pop(key, None))
+
+
+def eni_prefixes(backend: Any, eni_id: str, family: str) -> list[str]:
+    """The delegated prefixes of one ENI that `patch_eni_delegated_prefixes` keeps."""
+    return list(vars(backend).get(ENI_PREFIXES, {}).get(eni_id, {}).get(family, []))
+
+
+def _aws_prefix(value: object, family: str) -> str:
+    """`value` as AWS prints it (IPv6 compressed, lower case), or EC2's InvalidParameterValue
+    for what AWS refuses: not a network, host bits set, or not a /28 (IPv4) or /80 (IPv6)."""
+    version, length, _, _ = _PREFIX_FAMILIES[family]
+    try:
+        network = ipaddress.ip_network(str(value))
+    except ValueError:
+        network = None
+    if network is None or (network.version, network.prefixlen) != (version, length):
+        raise_service_error(
+            "ec2",
+            "InvalidParameterValue",
+            f"Invalid {family} {value!r}: expected an IPv{version} /{length}",
+        )
+    return str(network)
+
+
+def _requested(response: Any, family: str) -> tuple[list[str], int]:
+    """The explicit prefixes (strings, or `{family: prefix}` in CreateNetworkInterface) and
+    the count of one family a request asks for; EC2 takes one or the other."""
+    _, _, list_param, count_param = _PREFIX_FAMILIES[family]
+    items = response._get_param(list_param) or []
+    wanted = [
+        _aws_prefix(item[family] if isinstance(item, dict) else item, family) for item in items
+    ]
+    count = int(response._get_param(count_param) or 0)
+    if wanted and count:
+        raise_service_error(
+            "ec2",
+            "InvalidParameterCombination",
+            f"{list_param} and {count_param} cannot be used together",
+        )
+    return list(dict.fromkeys(wanted)), count
+
+
+def _free_prefixes(backend: Any, eni: Any, family: str, count: int) -> list[str]:
+    """The `count` lowest prefixes of the ENI's subnet that no ENI there holds, that hold none
+    of their addresses and none of the subnet's reserved ones (first four, last); AWS's
+    InsufficientCidrBlocks when there are fewer."""
+    version, length, _, _ = _PREFIX_FAMILIES[family]
+    subnet = eni.subnet
+    if version == 4:
+        blocks = [subnet.cidr_block]
+    else:
+        blocks = [a.get("ipv6CidrBlock") for a in subnet.ipv6_cidr_block_associations.values()]
+    neighbours = [other for other in backend.enis.values() if other.subnet.id == subnet.id]
+    taken = [
+        ipaddress.ip_network(prefix)
+        for other in neighbours
+        for prefix in eni_prefixes(backend, other.id, family)
+    ]
+    addresses = [
+        *(a.get("PrivateIpAddress") for other in neighbours for a in other.private_ip_addresses),
+        *(address for other in neighbours for address in other.ipv6_addresses),
+    ]
+    used = {
+        ip for ip in map(ipaddress.ip_address, filter(None, addresses)) if ip.version == version
+    }
+    picked: list[str] = []
+    for block in filter(None, blocks):
+        network = ipaddress.ip_network(block)
+        blocked = used | {network[0], network[1], network[2], network[3], network[-1]}
+        for candidate in network.subnets(new_prefix=length):
+            if len(picked) == count:
+                break
+            if any(candidate.overlaps(t) for t in taken) or any(ip in candidate for ip in blocked):
+                continue
+            picked.append(str(candidate))
+    if len(picked) < count:
+        raise_service_error(
+            "ec2",
+            "InsufficientCidrBlocks",
+            "There are not enough free cidr blocks in the specified subnet to satisfy the request.",
+        )
+    return picked
+
+
+def _assign_prefixes(
+    backend: Any, eni_id: str, family: str, wanted: list[str], count: int
+) -> list[str]:
+    """Record the prefixes on the ENI; returns the ones it did not hold yet."""
+    with _prefixes_lock:
+        eni = backend.get_network_interface(eni_id)  # moto's not-found error
+        store = vars(backend).setdefault(ENI_PREFIXES, {}).setdefault(eni_id, {})
+        held: list[str] = store.setdefault(family, [])
+        added = [prefix for prefix in wanted if prefix not in held]
+        if count:
+            added += _free_prefixes(backend, eni, family, count)
+        held.extend(added)
+    return added
+
+
+def _unassign_prefixes(backend: Any, eni_id: str, family: str, wanted: list[str]) -> list[str]:
+    """Take the prefixes off the ENI (one it does not hold is ignored, as moto does for
+    addresses); returns the ones removed."""
+    with _prefixes_lock:
+        backend.get_network_interface(eni_id)
+        held = vars(backend).get(ENI_PREFIXES, {}).get(eni_id, {}).get(family, [])
+        removed = [prefix for prefix in wanted if prefix in held]
+        for prefix in removed:
+            held.remove(prefix)
+    return removed
+
+
+def patch_eni_delegated_prefixes() -> Patch:
+    """Keep delegated prefixes on network interfaces, as EC2 does; moto 5.2.5 ignores them.
+
+    Wraps the `moto.ec2.responses.elastic_network_interfaces.ElasticNetworkInterfaces`
+    methods of CreateNetworkInterface, Assign/UnassignPrivateIpAddresses and
+    Assign/UnassignIpv6Addresses (an interceptor cannot read the request): each reads the
+    Ipv4/Ipv6 prefix parameters moto drops, runs moto's method, then records the prefixes,
+    normalised as AWS prints them, in the `ENI_PREFIXES` dict on the EC2 backend, and adds
+    the Assigned*/Unassigned* prefixes to the response. `ipv4_prefixes` / `ipv6_prefixes`
+    properties added to `moto.ec2.models.elastic_network_interfaces.NetworkInterface` are
+    what moto's serializer renders as `Ipv4Prefixes` / `Ipv6Prefixes`, both in
+    DescribeNetworkInterfaces and, through `Instance.network_interfaces` (the primary
+    interface and any attached one), in DescribeInstances' `NetworkInterfaces`.
+
+    DescribeInstances filters with `moto.ec2.utils.passes_filter_dict`, which reads the
+    instance attribute that `filter_dict_attribute_mapping` names and, for a list, keeps the
+    instance when any filter value is in it (exact match, as AWS does). The hook adds the
+    `INSTANCE_PREFIX_FILTERS` to that dict, mapped to `delegated_ipv4_prefixes` /
+    `delegated_ipv6_prefixes` properties added to `moto.ec2.models.instances.Instance`: the
+    prefixes of its attached interfaces. DescribeNetworkInterfaces has no prefix filter in
+    AWS; a wrapper of `NetworkInterfaceBackend.get_all_network_interfaces` answers the
+    `INVALID_ENI_PREFIX_FILTERS` with AWS's InvalidParameterValue instead of moto's
+    FilterNotImplementedError. A prefix is not checked against the subnet's CIDRs.
+    """
+    from moto.core.responses import ActionResult
+    from moto.ec2 import utils as ec2_utils
+    from moto.ec2.exceptions import InvalidParameterValue
+    from moto.ec2.models.elastic_network_interfaces import (
+        NetworkInterface,
+        NetworkInterfaceBackend,
+    )
+    from moto.ec2.models.instances import Instance
+    from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
+
+    responses = "moto.ec2.responses.elastic_network_interfaces.ElasticNetworkInterfaces"
+    models = "moto.ec2.models.elastic_network_interfaces"
+    original: dict[str, Callable[..., Any]] = {
+        name: _require(ElasticNetworkInterfaces, name, responses)
+        for name in (
+            "create_network_interface",
+            "assign_private_ip_addresses",
+            "unassign_private_ip_addresses",
+            "assign_ipv6_addresses",
+            "unassign_ipv6_addresses",
+        )
+    }
+    list_enis = _require(
+        NetworkInterfaceBackend, "get_all_network_interfaces", f"{models}.NetworkInterfaceBackend"
+    )
+    _require(Instance, "network_interfaces", "moto.ec2.models.instances.Instance")
+    filter_mapping = _require(ec2_utils, "filter_dict_attribute_mapping", "moto.ec2.utils")
+
+    def extended(result: Any, **extra: object) -> Any:
+        return ActionResult({**result.result, **extra})
+
+    def create_network_interface(self: Any) -> Any:
+        requested = {family: _requested(self, family) for family in _PREFIX_FAMILIES}
+        result = original["create_network_interface"](self)
+        eni_id = result.result["NetworkInterface"].id
+        for family, (wanted, count) in requested.items():
+            _assign_prefixes(self.ec2_backend, eni_id, family, wanted, count)
+        return result
+
+    def assign_private_ip_addresses(self: Any) -> Any:
+        wanted, count = _requested(self, "Ipv4Prefix")
+        result = original["assign_private_ip_addresses"](self)
+        eni_id = self._get_param("NetworkInterfaceId")
+        added = _assign_prefixes(self.ec2_backend, eni_id, "Ipv4Prefix", wanted, count)
+        return extended(result, AssignedIpv4Prefixes=[{"Ipv4Prefix": p} for p in added])
+
+    def unassign_private_ip_addresses(self: Any) -> Any:
+        wanted, _ = _requested(self, "Ipv4Prefix")
+        result = original["unassign_private_ip_addresses"](self)
+        _unassign_prefixes(
+            self.ec2_backend, self._get_param("NetworkInterfaceId"), "Ipv4Prefix", wanted
+        )
+        return result
+
+    def assign_ipv6_addresses(self: Any) -> Any:
+        wanted, count = _requested(self, "Ipv6Prefix")
+        result = original["assign_ipv6_addresses"](self)
+        eni_id = self._get_param("NetworkInterfaceId")
+        added = _assign_prefixes(self.ec2_backend, eni_id, "Ipv6Prefix", wanted, count)
+        return extended(result, AssignedIpv6Prefixes=added)
+
+    def unassign_ipv6_addresses(self: Any) -> Any:
+        wanted, _ = _requested(self, "Ipv6Prefix")
+        result = original["unassign_ipv6_addresses"](self)
+        eni_id = self._get_param("NetworkInterfaceId")
+        removed = _unassign_prefixes(self.ec2_backend, eni_id, "Ipv6Prefix", wanted)
+        return extended(result, UnassignedIpv6Prefixes=removed)
+
+    def get_all_network_interfaces(
+        self: Any, eni_ids: list[str] | None = None, filters: Any = None
+    ) -> Any:
+        for name in INVALID_ENI_PREFIX_FILTERS:
+            if name in (filters or {}):
+                raise InvalidParameterValue(f"The filter '{name}' is invalid")
+        return list_enis(self, eni_ids, filters)
+
+    def rendered(family: str) -> property:
+        def prefixes(self: Any) -> list[dict[str, str]] | None:
+            held = eni_prefixes(self.ec2_backend, self.id, family)
+            return [{family: prefix} for prefix in held] or None  # none: left out, as before
+
+        return property(prefixes)
+
+    def instance_prefixes(family: str) -> property:
+        def prefixes(self: Any) -> list[str]:
+            return [
+                prefix
+                for eni in self.network_interfaces
+                for prefix in eni_prefixes(self.ec2_backend, eni.id, family)
+            ]
+
+        return property(prefixes)
+
+    wrappers: dict[str, Callable[..., Any]] = {
+        "create_network_interface": create_network_interface,
+        "assign_private_ip_addresses": assign_private_ip_addresses,
+        "unassign_private_ip_addresses": unassign_private_ip_addresses,
+        "assign_ipv6_addresses": assign_ipv6_addresses,
+        "unassign_ipv6_addresses": unassign_ipv6_addresses,
+    }
+    patches: list[Patch] = []
+    try:  # `_add*` refuse once moto has the thing: leave nothing half applied then
+        for name, family in (("ipv4_prefixes", "Ipv4Prefix"), ("ipv6_prefixes", "Ipv6Prefix")):
+            patches.append(
+                _add(NetworkInterface, name, rendered(family), f"{models}.NetworkInterface")
+            )
+        for filter_name, (family, attribute) in INSTANCE_PREFIX_FILTERS.items():
+            patches.append(
+                _add(
+                    Instance,
+                    attribute,
+                    instance_prefixes(family),
+                    "moto.ec2.models.instances.Instance",
+                )
+            )
+            patches.append(
+                _add_key(
+                    filter_mapping,
+                    filter_name,
+                    attribute,
+                    "moto.ec2.utils.filter_dict_attribute_mapping",
+                )
+            )
+    except HookError:
+        _together("", patches).undo()
+        raise
+    patches += [
+        _replace(ElasticNetworkInterfaces, name, wrapper, responses)
+        for name, wrapper in wrappers.items()
+    ]
+    patches.append(
+        _replace(
+            NetworkInterfaceBackend,
+            "get_all_network_interfaces",
+            get_all_network_interfaces,
+            f"{models}.NetworkInterfaceBackend",
+        )
+    )
+    return _together("ENI delegated prefixes", patches)
+
+
+# Address filters on network interfaces, and subnets' IPv6 CIDR state ---------------------
+
+# DescribeNetworkInterfaces filters that match any address of an interface in AWS, primary
+# or secondary (moto: the primary IPv4 address only, and no IPv6 filter at all).
+# `private-ip-address` stays moto's: the primary address only, as in AWS.
+ENI_ADDRESS_FILTERS: Final = ("addresses.private-ip-address", "ipv6-addresses.ipv6-address")
+
+
+def eni_addresses(eni: Any, filter_name: str) -> list[str]:
+    """The addresses of a moto `NetworkInterface` that one `ENI_ADDRESS_FILTERS` filter reads:
+    every private IPv4 address (primary first) or every IPv6 address."""
+    owner = "moto.ec2.models.elastic_network_interfaces.NetworkInterface"
+    if filter_name == "ipv6-addresses.ipv6-address":
+        return [str(address) for address in _require(eni, "ipv6_addresses", owner) if address]
+    listed = _require(eni, "private_ip_addresses", owner)
+    addresses = [_require(eni, "private_ip_address", owner)]
+    addresses += [item.get("PrivateIpAddress") for item in listed]
+    return [str(address) for address in dict.fromkeys(addresses) if address]
+
+
+def patch_eni_address_filters() -> Patch:
+    """Match DescribeNetworkInterfaces' address filters against every address, as EC2 does.
+
+    In 5.2.5 `moto.ec2.models.elastic_network_interfaces.NetworkInterface.get_filter_value`
+    answers `addresses.private-ip-address` with the primary address only (a secondary one,
+    from `PrivateIpAddresses` or AssignPrivateIpAddresses, is never found) and has no
+    `ipv6-addresses.ipv6-address` (FilterNotImplementedError). Returning the address list
+    from `get_filter_value` would not do: `moto.ec2.utils.is_filter_matching` matches a list
+    against several filter values as a subset or superset, not "any". So a wrapper of
+    `NetworkInterfaceBackend.get_all_network_interfaces` takes the `ENI_ADDRESS_FILTERS`
+    out of the filters, lets moto apply the rest (`vpc-id`, ...) and keeps the interfaces
+    with any address matching any value (`*` and `?` wildcards, as EC2 and moto allow).
+    """
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterfaceBackend
+
+    owner = "moto.ec2.models.elastic_network_interfaces.NetworkInterfaceBackend"
+    original = _require(NetworkInterfaceBackend, "get_all_network_interfaces", owner)
+
+    def get_all_network_interfaces(
+        self: Any, eni_ids: list[str] | None = None, filters: Any = None
+    ) -> Any:
+        rest = dict(filters or {})
+        wanted = {name: rest.pop(name) for name in ENI_ADDRESS_FILTERS if name in rest}
+        enis = original(self, eni_ids, rest)
+        for name, values in wanted.items():
+            patterns = [values] if isinstance(values, str) else list(values or [])
+            enis = [
+                eni
+                for eni in enis
+                if any(
+                    fnmatch.fnmatchcase(address, pattern)
+                    for address in eni_addresses(eni, name)
+                    for pattern in patterns
+                )
+            ]
+        return enis
+
+    return _replace(
+        NetworkInterfaceBackend, "get_all_network_interfaces", get_all_network_interfaces, owner
+    )
+
+
+def patch_subnet_ipv6_state() -> Patch:
+    """Print a subnet's `Ipv6CidrBlockState` as the structure EC2 sends: `{"State": ...}`.
+
+    `moto.ec2.models.subnets.Subnet.ipv6_cidr_block_association_set` (rendered by
+    CreateSubnet and DescribeSubnets) nests the stored state dict once more,
+    `{"state": {"State": "associated"}}`, so boto3 got the text "{'State': 'associated'}" as
+    the state. The replacement property renders the stored state itself, keeping moto's
+    choice of listing associated blocks only. AssociateSubnetCidrBlock returns the stored
+    association and was right already.
+    """
+    from moto.ec2.models.subnets import Subnet
+
+    owner = "moto.ec2.models.subnets.Subnet"
+    if not isinstance(_require(Subnet, "ipv6_cidr_block_association_set", owner), property):
+        raise HookError(f"{owner}.ipv6_cidr_block_association_set is not a property")
+
+    def ipv6_cidr_block_association_set(self: Any) -> list[dict[str, Any]]:
+        associations = _require(self, "ipv6_cidr_block_associations", owner)
+        return [
+            {
+                "ipv6CidrBlock": association["ipv6CidrBlock"],
+                "associationId": association["associationId"],
+                "ipv6CidrBlockState": dict(association["ipv6CidrBlockState"]),
+            }
+            for association in associations.values()
+            if association["ipv6CidrBlockState"].get("State") == "associated"
+        ]
+
+    return _replace(
+        Subnet, "ipv6_cidr_block_association_set", property(ipv6_cidr_block_association_set), owner
+    )
+
+
 def patch_ec2_fidelity() -> list[Patch]:
     """All EC2 fidelity patches, in the order they are applied."""
     return [
@@ -424,6 +840,9 @@ def patch_ec2_fidelity() -> list[Patch]:
         patch_authorize_returns_all_rules(),
         patch_cidr_host_bits_masked(),
         patch_rule_quota_as_aws(),
+        patch_eni_delegated_prefixes(),
+        patch_eni_address_filters(),
+        patch_subnet_ipv6_state(),
     ]
 
 

@@ -1,0 +1,341 @@
+"""Bindings, address sources and the LBC's destination choice, on the pure desired state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sg_reconciler.core.desired import (
+    Binding,
+    DesiredSettings,
+    DesiredState,
+    DesiredStateError,
+    Flow,
+    compute_desired,
+    touched_groups,
+)
+from sg_reconciler.core.inventory import (
+    Inventory,
+    LoadBalancer,
+    SecurityGroup,
+    Target,
+    TargetGroup,
+    tags_of,
+)
+from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
+from sg_reconciler.core.scope import Scope
+
+VPC = "vpc-1"
+VPC_CIDRS = ("10.0.0.0/16", "2600:1f14:abcd::/56")
+SUBNETS = ("10.0.1.0/24", "10.0.2.0/24", "2600:1f14:abcd:1::/64")
+
+
+def desired(inventory: Inventory, *bindings: Binding) -> DesiredState:
+    return compute_desired(inventory, DesiredSettings(bindings=bindings))
+
+
+def flows(state: DesiredState) -> set[Flow]:
+    return {(r.group_id, r.key.peer, r.key.protocol) for r in state.rules}
+
+
+def ports_of(state: DesiredState, group: str, peer: Peer, protocol: str = "tcp") -> set[int]:
+    return {
+        port
+        for r in state.rules
+        if (r.group_id, r.key.peer, r.key.protocol) == (group, peer, protocol)
+        for port in range(r.key.from_port, r.key.to_port + 1)
+    }
+
+
+def group(group_id: str, **tags: str) -> SecurityGroup:
+    return SecurityGroup(group_id, VPC, tags=tags_of(tags))
+
+
+def lb(name: str, *sgs: str, **fields: object) -> LoadBalancer:
+    base = LoadBalancer(
+        f"arn:lb/{name}", name, "network", tuple(sgs), tags=tags_of({"cluster": name[0]})
+    )
+    return replace(base, vpc_id=VPC, **fields)  # type: ignore[arg-type]
+
+
+def tg(name: str, lbs: list[LoadBalancer], targets: list[Target], **fields: object) -> TargetGroup:
+    base = TargetGroup(
+        arn=f"arn:tg/{name}",
+        name=name,
+        protocol="TCP",
+        port=30000,
+        target_type="instance",
+        load_balancer_arns=tuple(x.arn for x in lbs),
+        vpc_id=VPC,
+        targets=tuple(targets),
+    )
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def cluster_binding(name: str, backend: str, nodes: str, **fields: object) -> Binding:
+    base = Binding(
+        name=name,
+        load_balancer_tags=(("cluster", name),),
+        backend_group=backend,
+        destination="named_groups",
+        named_groups=(nodes,),
+    )
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def two_clusters() -> Inventory:
+    """Cluster a and cluster b, each with a backend group, a node group and one NLB."""
+    a, b = lb("a-web", "sg-back-a"), lb("b-web", "sg-back-b")
+    return Inventory(
+        load_balancers=(a, b),
+        target_groups=(
+            tg("a", [a], [Target("i-a", 30001, ("sg-nodes-a",), "i-a")]),
+            tg("b", [b], [Target("i-b", 30002, ("sg-nodes-b",), "i-b")]),
+        ),
+        groups={g: group(g) for g in ("sg-back-a", "sg-back-b", "sg-nodes-a", "sg-nodes-b")},
+    )
+
+
+def test_each_binding_derives_its_own_load_balancers_rules() -> None:
+    state = desired(
+        two_clusters(),
+        cluster_binding("a", "sg-back-a", "sg-nodes-a"),
+        cluster_binding("b", "sg-back-b", "sg-nodes-b"),
+    )
+    assert flows(state) == {
+        ("sg-nodes-a", Peer("group", "sg-back-a"), "tcp"),
+        ("sg-nodes-b", Peer("group", "sg-back-b"), "tcp"),
+    }
+    assert ports_of(state, "sg-nodes-a", Peer("group", "sg-back-a")) == {30001}
+    only_a = desired(two_clusters(), cluster_binding("a", "sg-back-a", "sg-nodes-a"))
+    assert flows(only_a) == {("sg-nodes-a", Peer("group", "sg-back-a"), "tcp")}
+
+
+def test_bindings_sharing_a_group_and_peer_merge_when_they_agree_and_are_refused_otherwise() -> (
+    None
+):
+    shared = [
+        cluster_binding("a", "sg-shared", "sg-nodes"),
+        cluster_binding("b", "sg-shared", "sg-nodes"),
+    ]
+    world = two_clusters()
+    world = replace(
+        world,
+        load_balancers=tuple(
+            replace(x, security_groups=("sg-shared",)) for x in world.load_balancers
+        ),
+        target_groups=tuple(
+            replace(t, targets=tuple(replace(x, group_ids=("sg-nodes",)) for x in t.targets))
+            for t in world.target_groups
+        ),
+        groups={g: group(g) for g in ("sg-shared", "sg-nodes")},
+    )
+    merged = desired(world, *shared)
+    assert ports_of(merged, "sg-nodes", Peer("group", "sg-shared")) == {30001, 30002}
+    with pytest.raises(DesiredStateError, match=r"bindings 'a' and 'b'.*sg-nodes from sg-shared"):
+        desired(world, shared[0], replace(shared[1], rule_budget=1))
+
+
+@st.composite
+def binding_sets(draw: st.DrawFn) -> list[Binding]:
+    count = draw(st.integers(1, 4))
+    return [
+        Binding(
+            name=f"b{i}",
+            load_balancer_tags=(("cluster", draw(st.sampled_from("ab"))),),
+            backend_group=draw(st.sampled_from(["sg-back-a", "sg-back-b"])),
+            destination="named_groups",
+            named_groups=tuple(
+                draw(st.sets(st.sampled_from(["sg-nodes-a", "sg-nodes-b"]), min_size=1))
+            ),
+            rule_budget=draw(st.sampled_from([1, 3])),
+            include_health_checks=draw(st.booleans()),
+        )
+        for i in range(count)
+    ]
+
+
+@given(binding_sets())
+def test_bindings_are_refused_exactly_when_two_shape_one_flow_differently(
+    bindings: list[Binding],
+) -> None:
+    world = two_clusters()
+    alone = {b.name: flows(desired(world, b)) for b in bindings}
+    clash = [
+        (first.name, second.name)
+        for i, first in enumerate(bindings)
+        for second in bindings[i + 1 :]
+        if alone[first.name] & alone[second.name] and first.shaping != second.shaping
+    ]
+    for order in (bindings, bindings[::-1]):
+        if clash:
+            with pytest.raises(DesiredStateError) as refused:
+                desired(world, *order)
+            named = [n for n in alone if f"'{n}'" in str(refused.value)]
+            assert len(named) == 2 and any(set(named) == set(pair) for pair in clash)
+            continue
+        state = desired(world, *order)
+        assert flows(state) == set().union(*alone.values())
+        for b in bindings:  # every port a binding needs alone is still admitted
+            single = desired(world, b)
+            for host, peer, protocol in flows(single):
+                assert ports_of(single, host, peer, protocol) <= ports_of(
+                    state, host, peer, protocol
+                )
+    if not clash:
+        assert desired(world, *bindings).rules == desired(world, *bindings[::-1]).rules
+
+
+# --- load balancers without security groups: admitted by address --------------------------
+
+
+def addressed(**lb_fields: object) -> tuple[Inventory, LoadBalancer]:
+    nlb = lb("n-legacy", subnet_cidrs=SUBNETS, **lb_fields)
+    return (
+        Inventory(
+            load_balancers=(nlb,),
+            groups={"sg-nodes": group("sg-nodes")},
+            vpc_cidrs={VPC: VPC_CIDRS},
+        ),
+        nlb,
+    )
+
+
+ADDRESSES = Binding(name="legacy", source="load_balancer_addresses")
+V4_SUBNETS = {Peer("cidr4", "10.0.1.0/24"), Peer("cidr4", "10.0.2.0/24")}
+
+
+def peers_by_port(state: DesiredState) -> dict[int, set[Peer]]:
+    found: dict[int, set[Peer]] = {}
+    for r in state.rules:
+        for port in range(r.key.from_port, r.key.to_port + 1):
+            found.setdefault(port, set()).add(r.key.peer)
+    return found
+
+
+def test_client_ip_preserved_admits_clients_on_the_traffic_port_and_the_nlb_for_health() -> None:
+    inventory, nlb = addressed(scheme="internal")
+    node = Target("i-1", 30001, ("sg-nodes",), "i-1")
+    checked = tg("inst", [nlb], [node], health_check_port="10256")
+    state = desired(replace(inventory, target_groups=(checked,)), ADDRESSES)
+    by_port = peers_by_port(state)
+    assert by_port[30001] == {Peer("cidr4", "10.0.0.0/16")}  # internal: the VPC's clients
+    assert by_port[10256] == V4_SUBNETS  # health checks come from the NLB itself
+    declared = replace(ADDRESSES, client_cidrs=("192.0.2.0/24", "::/0"))
+    by_port = peers_by_port(desired(replace(inventory, target_groups=(checked,)), declared))
+    assert by_port[30001] == {Peer("cidr4", "192.0.2.0/24"), Peer("cidr6", "::/0")}
+
+
+def test_client_ip_not_preserved_admits_only_the_nlbs_subnets() -> None:
+    inventory, nlb = addressed(scheme="internal")
+    pod = Target("10.0.1.9", 8080, ("sg-nodes",))
+    off = tg("pods", [nlb], [pod], target_type="ip", preserve_client_ip=False)
+    default_ip_tcp = tg("pods2", [nlb], [pod], target_type="ip")  # AWS default: off
+    for target_group in (off, default_ip_tcp):
+        state = desired(replace(inventory, target_groups=(target_group,)), ADDRESSES)
+        assert peers_by_port(state) == {8080: V4_SUBNETS}
+    udp = tg("dns", [nlb], [pod], target_type="ip", protocol="UDP")  # always preserved
+    state = desired(replace(inventory, target_groups=(udp,)), ADDRESSES)
+    assert {r.key.peer for r in state.rules if r.key.protocol == "udp"} == {
+        Peer("cidr4", "10.0.0.0/16")
+    }
+
+
+def test_an_internet_facing_nlb_without_declared_clients_opens_nothing_to_the_world() -> None:
+    inventory, nlb = addressed()
+    node = Target("i-1", 30001, ("sg-nodes",), "i-1")
+    state = desired(replace(inventory, target_groups=(tg("t", [nlb], [node]),)), ADDRESSES)
+    assert {r.key.peer for r in state.rules} == V4_SUBNETS  # the health check only
+    assert any("declares no client_cidrs" in n for n in state.notes)
+
+
+def test_a_dualstack_nlb_adds_its_ipv6_subnets_and_the_vpcs_ipv6_clients() -> None:
+    inventory, nlb = addressed(scheme="internal", ip_address_type="dualstack")
+    node = Target("i-1", 30001, ("sg-nodes",), "i-1")
+    checked = tg("t", [nlb], [node], health_check_port="10256")
+    state = desired(replace(inventory, target_groups=(checked,)), ADDRESSES)
+    assert peers_by_port(state)[10256] == V4_SUBNETS | {Peer("cidr6", "2600:1f14:abcd:1::/64")}
+    assert peers_by_port(state)[30001] == {
+        Peer("cidr4", "10.0.0.0/16"),
+        Peer("cidr6", "2600:1f14:abcd::/56"),
+    }
+    pods = Target("2600:1f14:abcd:1::9", 8080, ("sg-nodes",))
+    off = tg("p", [nlb], [pods], target_type="ip", preserve_client_ip=False)
+    state = desired(replace(inventory, target_groups=(off,)), ADDRESSES)
+    assert peers_by_port(state)[8080] == V4_SUBNETS | {Peer("cidr6", "2600:1f14:abcd:1::/64")}
+
+
+def test_a_scope_on_an_addressed_nlb_touches_groups_holding_its_old_cidr_rules() -> None:
+    inventory, nlb = addressed(scheme="internal")
+    node = Target("i-1", 30001, ("sg-nodes",), "i-1")
+    stale = Rule(
+        RuleKey("sg-old", "tcp", 30001, 30001, Peer("cidr4", "10.0.1.0/24")),
+        rule_id="sgr-1",
+        tags=((OWNER_TAG_KEY, "sg-reconciler"),),
+    )
+    inventory = replace(
+        inventory,
+        target_groups=(tg("t", [nlb], [node]),),
+        rules=(stale,),
+        groups={**inventory.groups, "sg-old": group("sg-old")},
+    )
+    state = desired(inventory, ADDRESSES)
+    touched = touched_groups(
+        inventory, state, Scope(load_balancer_arns=frozenset({nlb.arn})), "sg-reconciler"
+    )
+    assert touched == {"sg-nodes", "sg-old"}
+
+
+# --- the AWS Load Balancer Controller's destination choice ----------------------------------
+
+CLUSTER_TAG = "kubernetes.io/cluster/prod"
+
+
+def enis(*group_sets: tuple[str, ...]) -> tuple[Inventory, Binding]:
+    front = lb("p-web", "sg-lb")
+    targets = [Target(f"10.0.1.{i}", 8080, groups) for i, groups in enumerate(group_sets)]
+    inventory = Inventory(
+        load_balancers=(front,),
+        target_groups=(tg("pods", [front], targets, target_type="ip"),),
+        groups={
+            "sg-lb": group("sg-lb"),
+            "sg-only": group("sg-only"),
+            "sg-tagged": group("sg-tagged", **{CLUSTER_TAG: "owned"}),
+            "sg-tagged-2": group("sg-tagged-2", **{CLUSTER_TAG: "shared"}),
+            "sg-plain": group("sg-plain"),
+        },
+    )
+    return inventory, Binding(name="prod", destination="cluster_group", cluster_name="prod")
+
+
+def test_cluster_group_takes_the_only_group_else_the_one_tagged_for_the_cluster() -> None:
+    inventory, binding = enis(("sg-only",), ("sg-tagged", "sg-plain"))
+    state = desired(inventory, binding)
+    assert {r.group_id for r in state.rules} == {"sg-only", "sg-tagged"}
+    assert state.lookup_misses == ()
+    everywhere = desired(inventory, replace(binding, destination="target_enis", cluster_name=None))
+    assert {r.group_id for r in everywhere.rules} == {"sg-only", "sg-tagged", "sg-plain"}
+
+
+@pytest.mark.parametrize(
+    "ambiguous", [("sg-tagged", "sg-tagged-2"), ("sg-plain", "sg-only")], ids=["two", "none"]
+)
+def test_cluster_group_that_cannot_be_chosen_is_an_error_and_a_lookup_miss(
+    ambiguous: tuple[str, ...],
+) -> None:
+    inventory, binding = enis(ambiguous)
+    state = desired(inventory, binding)
+    assert state.rules == ()
+    assert any("expected exactly one security group tagged" in n for n in state.notes)
+    assert {(m.target_id, m.ports) for m in state.lookup_misses} == {
+        ("10.0.1.0", frozenset({8080}))
+    }
+
+
+def test_named_destinations_need_no_interface_so_unfound_pods_are_no_lookup_miss() -> None:
+    inventory, _ = enis(())
+    named = Binding(name="n", destination="named_groups", named_groups=("sg-only",))
+    assert desired(inventory, named).lookup_misses == ()
+    assert len(desired(inventory, Binding(name="e")).lookup_misses) == 1

@@ -1,0 +1,98 @@
+"""Adoption in the pure core: the planner's Adopt step, its checks, phases and the hand-over."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sg_reconciler.core.handover import hand_over
+from sg_reconciler.core.phases import split_phases
+from sg_reconciler.core.plan import Adopt, Authorize, Plan, step_from_dict, step_to_dict
+from sg_reconciler.core.planner import make_plan
+from sg_reconciler.core.quota import Limits
+from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, OWNER_TAG_KEY, Peer, Rule, RuleKey
+from sg_reconciler.core.safety import check_plan
+
+OWNER = "sg-reconciler"
+THEIRS = "elbv2.k8s.aws/targetGroupBinding=shared"
+OURS = f"{OWNER}: load balancer targets"
+
+
+def key(lo: int, hi: int, group: str = "sg-nodes") -> RuleKey:
+    return RuleKey(group, "tcp", lo, hi, Peer("group", "sg-backend"))
+
+
+def existing(rule_id: str, lo: int, hi: int, description: str = THEIRS, **tags: str) -> Rule:
+    return Rule(key(lo, hi), description, rule_id, tuple(tags.items()))
+
+
+def adopts(rule: Rule) -> bool:
+    return rule.description == THEIRS
+
+
+def test_an_unmanaged_rule_equal_to_a_desired_rule_is_adopted_only_when_the_policy_says_so() -> (
+    None
+):
+    current = [existing("sgr-1", 31000, 32000), existing("sgr-2", 30000, 30001)]
+    desired = [Rule(key(31000, 32000), OURS), Rule(key(10250, 10250), OURS)]
+    left = make_plan(current, desired, OWNER)
+    assert isinstance(left, Plan)
+    assert not any(isinstance(s, Adopt) for s in left.steps)
+    assert any("already allowed by unmanaged rule sgr-1" in n for n in left.notes)
+    plan = make_plan(current, desired, OWNER, adopt=adopts)
+    assert isinstance(plan, Plan)
+    assert Adopt("sg-nodes", "sgr-1", desired[0]) in plan.steps
+    # adoption and authorization are the first phase; sgr-2 (not desired) is never touched
+    phases = split_phases(plan.steps)
+    assert [s for _, steps in phases.authorize for s in steps] == list(plan.steps)
+    assert not any("sgr-2" in str(s) for s in plan.steps)
+    # another description is never adopted, even with the same key
+    other = [existing("sgr-1", 31000, 32000, description="hand-made")]
+    kept = make_plan(other, desired[:1], OWNER, adopt=adopts)
+    assert isinstance(kept, Plan) and kept.steps == ()
+
+
+def test_the_checker_accepts_an_adoption_and_refuses_a_wrong_one() -> None:
+    current = [existing("sgr-1", 31000, 32000)]
+    desired = [Rule(key(31000, 32000), OURS)]
+    good = Plan((Adopt("sg-nodes", "sgr-1", desired[0]),))
+    assert check_plan(good, current, desired, OWNER, Limits()) == []
+    wrong_key = Plan((Adopt("sg-nodes", "sgr-1", Rule(key(31000, 31999), OURS)),))
+    assert any(
+        "another rule" in v.detail for v in check_plan(wrong_key, current, desired, OWNER, Limits())
+    )
+    owned = [existing("sgr-1", 31000, 32000, **{OWNER_TAG_KEY: OWNER})]
+    assert any(
+        "already owned" in v.detail for v in check_plan(good, owned, desired, OWNER, Limits())
+    )
+
+
+def test_an_adopt_step_round_trips_through_the_plan_contract() -> None:
+    step = Adopt("sg-nodes", "sgr-1", Rule(key(80, 80), OURS))
+    doc = step_to_dict(step)
+    assert doc["action"] == "adopt" and doc["rule_id"] == "sgr-1"
+    assert step_from_dict(doc) == step
+
+
+def test_the_hand_over_is_ready_once_every_desired_rule_is_in_place_and_ours() -> None:
+    desired = [Rule(key(31000, 32000), OURS), Rule(key(10250, 10250), OURS)]
+    current = [existing("sgr-1", 31000, 32000), existing("sgr-2", 30000, 30001)]
+    plan = make_plan(current, desired, OWNER, adopt=adopts)
+    assert isinstance(plan, Plan)
+    state = hand_over(plan, current, desired, [THEIRS])
+    assert not state.ready
+    assert [s.rule_id for s in state.to_adopt] == ["sgr-1"]
+    assert [r.key for r in state.to_authorize] == [key(10250, 10250)]
+    assert [r.rule_id for r in state.left_to_owner] == ["sgr-2"]
+    assert "tcp 30000-30001" in state.beyond_desired.describe()
+    # after the run: sgr-1 is ours (tagged), the kubelet rule exists
+    tags = {OWNER_TAG_KEY: OWNER, ADOPTED_BY_TAG_KEY: "run-1"}
+    done = [
+        replace(existing("sgr-1", 31000, 32000, **tags), description=OURS),
+        existing("sgr-2", 30000, 30001),
+        Rule(key(10250, 10250), OURS, "sgr-3", ((OWNER_TAG_KEY, OWNER),)),
+    ]
+    after = make_plan(done, desired, OWNER, adopt=adopts)
+    assert isinstance(after, Plan) and after.steps == ()
+    state = hand_over(after, done, desired, [THEIRS])
+    assert state.ready and [r.rule_id for r in state.adopted] == ["sgr-1"]
+    assert not any(isinstance(s, Authorize) for s in after.steps)
