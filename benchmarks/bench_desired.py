@@ -30,10 +30,8 @@ import tracemalloc
 from dataclasses import replace
 from typing import Any
 
-from sg_reconciler.adapters.inventory import WorldSize, describe_call_estimate
-from sg_reconciler.core.compaction import compact
-from sg_reconciler.core.desired import compute_desired
-from sg_reconciler.core.inventory import (
+from sg_reconciler.app.live_plan import LivePlan, plan_from_inventory
+from sg_reconciler.core.account import (
     Inventory,
     LoadBalancer,
     SecurityGroup,
@@ -41,10 +39,13 @@ from sg_reconciler.core.inventory import (
     TargetGroup,
     tags_of,
 )
+from sg_reconciler.core.compaction import compact
+from sg_reconciler.core.desired import compute_desired
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
 from sg_reconciler.policy import MANAGED_TAG, Policy, parse_policy
-from sg_reconciler.reconcile import LivePlan, plan_from_inventory
+
+from benchmarks.call_estimate import WorldSize, describe_call_estimate
 
 NODEPORTS = (30000, 32767)
 KUBE_PROXY_HEALTH = 10256

@@ -15,9 +15,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import compute_live_plan
 from sg_reconciler_tools.demo.play import (
     DENIED,
     TEMPLATE,

@@ -8,18 +8,16 @@ from typing import Any
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from sg_reconciler.adapters.aws_clients import client
-from sg_reconciler.adapters.executions import start_execution
+from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.plan_batch import plan_batch
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, metrics, tracer
-from sg_reconciler.planning_service import plan_batch
-from sg_reconciler.reconcile import LivePlan
 from sg_reconciler.settings import PlannerSettings, load_settings
-from sg_reconciler.trigger.scope import Ignored, Parsed, parse_record
-from sg_reconciler.wiring import live_planner, plan_store
+from sg_reconciler.trigger.classify import Ignored, Parsed, parse_record
+from sg_reconciler.wiring import execution_starter, live_planner, plan_store
 
 # The trigger module logs each ignored event with the standard library; give it our format.
-copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.scope"})
+copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.classify"})
 
 
 def _records(event: Any, settings: PlannerSettings) -> list[tuple[str, Parsed]]:
@@ -64,12 +62,8 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         plan_live, _ = live_planner(settings, attempts=5)
         return plan_live(scope)
 
-    def start(name: str, payload: dict[str, Any]) -> bool:
-        return start_execution(
-            client("stepfunctions", attempts=5), settings.state_machine_arn, name, payload
-        )
-
     store = plan_store(settings)
+    start = execution_starter(settings, attempts=5)
     result = plan_batch(records, replan, start, time.time(), store.put_groups)
     metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=result.received)
     metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=result.ignored)

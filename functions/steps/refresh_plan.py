@@ -4,12 +4,12 @@ planner's own code, run again under the locks."""
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from sg_reconciler import workflow
-from sg_reconciler.adapters.security_groups import typed_aws_errors
+from sg_reconciler.adapters.aws import typed_aws_errors
+from sg_reconciler.app import steps
+from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, tracer
-from sg_reconciler.reconcile import LivePlan
 from sg_reconciler.settings import StepSettings, load_settings
 from sg_reconciler.wiring import live_planner, plan_store
 
@@ -29,5 +29,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     store = plan_store(config)
     pacing = pacing_for(config.writes_per_second)
     if isinstance(event, dict) and event.get("mode") == "revokes":
-        return workflow.replan_revokes(event, store, replan, pacing)
-    return workflow.refresh_plan(event, store, replan, settle_seconds, config.owner, pacing)
+        return steps.replan_revokes(event, store, replan, pacing)
+    return steps.refresh_plan(event, store, replan, settle_seconds, config.owner, pacing)

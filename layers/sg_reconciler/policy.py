@@ -1,9 +1,10 @@
 """The reconciler's policy: which load balancers it manages and how it derives their rules.
 
-One YAML or JSON document, kept in an SSM parameter in AWS and in a file locally. It is
-validated strictly (unknown fields are errors) because a typo in a policy silently widening
-or narrowing what the reconciler owns is worse than a failed start. Every problem is
-reported as one `PolicyError` line that names the field.
+One YAML or JSON document, kept in an SSM parameter in AWS (read by
+`sg_reconciler.adapters.policy_store`) and in a file locally. It is validated strictly
+(unknown fields are errors) because a typo in a policy silently widening or narrowing what
+the reconciler owns is worse than a failed start. Every problem is reported as one
+`PolicyError` line that names the field.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sg_reconciler.core.account import tags_of
 from sg_reconciler.core.brake import DEFAULT_MAX_REVOKE_PERCENT, DEFAULT_MIN_REVOKES
 from sg_reconciler.core.desired import Binding as CoreBinding
 from sg_reconciler.core.desired import DesiredSettings, disagreement
-from sg_reconciler.core.inventory import tags_of
 from sg_reconciler.core.rules import (
     DEFAULT_MAX_RULES_PER_GROUP,
     DEFAULT_OWNER,
@@ -28,9 +28,6 @@ from sg_reconciler.core.rules import (
     RuleError,
     rule_from_dict,
 )
-
-if TYPE_CHECKING:
-    from mypy_boto3_ssm import SSMClient
 
 GROUP_ID_PATTERN = r"^sg-[0-9a-f]{8,17}$"
 # Tag values and EC2 rule descriptions both accept these characters.
@@ -527,15 +524,3 @@ def load_policy_file(path: str | Path) -> Policy:
     except OSError as err:
         raise PolicyError(f"{path}: cannot read ({err.strerror})") from None
     return parse_policy(text, str(path))
-
-
-def load_policy_from_ssm(ssm: SSMClient, name: str) -> Policy:
-    """Read the policy from an SSM parameter (String or SecureString)."""
-    try:
-        response = ssm.get_parameter(Name=name, WithDecryption=True)
-    except ClientError as err:
-        code = err.response.get("Error", {}).get("Code", "Error")
-        raise PolicyError(f"SSM parameter {name}: {code}") from None
-    except BotoCoreError as err:
-        raise PolicyError(f"SSM parameter {name}: {err}") from None
-    return parse_policy(response["Parameter"].get("Value", ""), f"SSM parameter {name}")

@@ -1,20 +1,23 @@
-"""Adapters built from a function's settings: what handlers pass to the workflow logic."""
+"""Adapters built from a function's settings: what handlers pass to the use cases. The one
+place the Lambdas' AWS clients are built."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sg_reconciler.adapters import pacing
-from sg_reconciler.adapters.aws_clients import client
+from sg_reconciler.adapters.aws import client
 from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
+from sg_reconciler.adapters.executions import start_execution
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.adapters.plan_store import PlanStore
+from sg_reconciler.adapters.policy_store import load_policy_from_ssm
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import load_policy_from_ssm
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
 
 
@@ -29,6 +32,19 @@ def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> 
 
 def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
     return GroupLocks(client("dynamodb"), config.lock_table)
+
+
+def execution_starter(
+    config: PlannerSettings, attempts: int = 1
+) -> Callable[[str, dict[str, Any]], bool]:
+    """Start an execution of the deployment's state machine; False when the name is taken."""
+
+    def start(name: str, payload: dict[str, Any]) -> bool:
+        return start_execution(
+            client("stepfunctions", attempts), config.state_machine_arn, name, payload
+        )
+
+    return start
 
 
 def plan_store(config: StepSettings | PlannerSettings, attempts: int = 3) -> PlanStore:

@@ -9,8 +9,8 @@ import boto3
 import pytest
 from moto import mock_aws
 from sg_reconciler.adapters.locks import GroupLocks
+from sg_reconciler.app.steps import release_after_stop
 from sg_reconciler.errors import InvalidPlan, LockBusy, LockLost
-from sg_reconciler.workflow import release_after_stop
 
 TABLE = "locks"
 MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:apply"

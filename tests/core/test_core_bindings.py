@@ -7,6 +7,14 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sg_reconciler.core.account import (
+    Inventory,
+    LoadBalancer,
+    SecurityGroup,
+    Target,
+    TargetGroup,
+    tags_of,
+)
 from sg_reconciler.core.desired import (
     Binding,
     DesiredSettings,
@@ -15,14 +23,6 @@ from sg_reconciler.core.desired import (
     Flow,
     compute_desired,
     touched_groups,
-)
-from sg_reconciler.core.inventory import (
-    Inventory,
-    LoadBalancer,
-    SecurityGroup,
-    Target,
-    TargetGroup,
-    tags_of,
 )
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
 from sg_reconciler.core.scope import Scope

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.rules import Rule
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler_tools.demo.play import run_planner
 from sg_reconciler_tools.demo.world import DemoWorld, scheduled_event
 from sg_reconciler_tools.local import FunctionFailed, InvariantMonitor, LocalRuntime, moto_hooks

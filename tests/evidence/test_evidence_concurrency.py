@@ -33,10 +33,10 @@ from evidence.evidence_kit import (
     monitor_for,
     plan_steps,
 )
+from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import compute_live_plan
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import CLUSTER_TAG, IMAGE_ID, DemoWorld, build_world
 from sg_reconciler_tools.local import LocalRuntime

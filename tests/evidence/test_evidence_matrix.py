@@ -69,9 +69,9 @@ from evidence.evidence_kit import (
     start_plan,
     wait_for,
 )
+from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.plan import Modify, Plan
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import LivePlan
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import LocalRuntime

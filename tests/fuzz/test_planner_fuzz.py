@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as label
 from hypothesis import strategies as st
 from live.world import build_world
+from sg_reconciler.trigger.classify import Relevant, parse_record
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
-from sg_reconciler.trigger.scope import Relevant, parse_record
 from sg_reconciler_tools.local import Fault, FaultInjector, FunctionFailed, LocalRuntime, moto_hooks
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"

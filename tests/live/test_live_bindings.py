@@ -18,9 +18,9 @@ from live.clusters_world import (
     build_clusters_world,
 )
 from moto import mock_aws
+from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.plan import Refusal
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler_tools.cli import main
 
 REGION = "us-east-1"

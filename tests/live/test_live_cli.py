@@ -13,7 +13,7 @@ import boto3
 import pytest
 from live.world import EXPECTED_DEFAULT_DESIRED, World, build_world
 from moto.server import ThreadedMotoServer
-from sg_reconciler.adapters import clients as clients_module
+from sg_reconciler.adapters import aws as clients_module
 from sg_reconciler_tools.cli import main
 
 REGION = "us-east-1"

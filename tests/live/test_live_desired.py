@@ -6,6 +6,14 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
+from sg_reconciler.core.account import (
+    Inventory,
+    LoadBalancer,
+    SecurityGroup,
+    Target,
+    TargetGroup,
+    tags_of,
+)
 from sg_reconciler.core.compaction import compact
 from sg_reconciler.core.desired import (
     Binding,
@@ -14,14 +22,6 @@ from sg_reconciler.core.desired import (
     compute_desired,
     subtract_ranges,
     touched_groups,
-)
-from sg_reconciler.core.inventory import (
-    Inventory,
-    LoadBalancer,
-    SecurityGroup,
-    Target,
-    TargetGroup,
-    tags_of,
 )
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey, protocol_number
 from sg_reconciler.core.scope import Scope

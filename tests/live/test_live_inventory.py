@@ -13,15 +13,12 @@ from botocore.exceptions import ClientError
 from live.world import MANAGED, POD_IPS, World, build_world
 from moto import mock_aws
 from sg_reconciler.adapters import inventory as inventory_module
-from sg_reconciler.adapters.inventory import (
-    WorldSize,
-    describe_call_estimate,
-    read_inventory,
-    split_on_missing,
-)
+from sg_reconciler.adapters.inventory import read_inventory, split_on_missing
+from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import compute_live_plan
+
+from benchmarks.call_estimate import WorldSize, describe_call_estimate
 
 REGION = "us-east-1"
 

@@ -16,9 +16,9 @@ import pytest
 from live.world import POD_IPS, World, build_world
 from moto import mock_aws
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import compute_live_plan
 
 REGION = "us-east-1"
 

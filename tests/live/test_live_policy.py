@@ -9,13 +9,13 @@ import boto3
 import pytest
 from moto import mock_aws
 from pydantic import BaseModel
+from sg_reconciler.adapters.policy_store import load_policy_from_ssm
 from sg_reconciler.core.rules import DEFAULT_OWNER, Peer
 from sg_reconciler.policy import (
     Binding,
     Policy,
     PolicyError,
     load_policy_file,
-    load_policy_from_ssm,
     parse_policy,
 )
 

@@ -9,10 +9,10 @@ import boto3
 import pytest
 from live.world import CLUSTER_TAG, EXPECTED_DEFAULT_DESIRED, World, assert_safe, build_world, rows
 from moto import mock_aws
+from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan, Revoke
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import compute_live_plan
 
 REGION = "us-east-1"
 EXPECTED_DEFAULT = set(EXPECTED_DEFAULT_DESIRED)

@@ -27,13 +27,13 @@ from live.world import World, build_world
 from moto.elbv2.models import elbv2_backends
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
+from sg_reconciler.app.steps import stored_phases
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step, step_to_dict
 from sg_reconciler.core.rules import Rule
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import Policy, parse_policy
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
-from sg_reconciler.trigger.scope import Relevant, parse_record
-from sg_reconciler.workflow import stored_phases
+from sg_reconciler.trigger.classify import Relevant, parse_record
 from sg_reconciler_tools.local import LocalRuntime, moto_hooks
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.plan_batch import execution_name, plan_batch
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.rules import rule_from_dict
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.planning_service import execution_name, plan_batch
-from sg_reconciler.reconcile import LivePlan
-from sg_reconciler.trigger.scope import Ignored, Parsed, Relevant
+from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
 
 NODE, LB = "sg-0a1b2c3d4e5f60001", "sg-0a1b2c3d4e5f60002"
 DESIRED = rule_from_dict(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
-from sg_reconciler.trigger.scope import event_pattern
+from sg_reconciler_tools.event_pattern import event_pattern
 from sg_reconciler_tools.local import Template
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"

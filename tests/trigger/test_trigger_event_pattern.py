@@ -17,7 +17,7 @@ from event_samples import ACCOUNT_ID, REGION, load_event
 from moto import mock_aws
 from moto.events.models import EventPattern
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
-from sg_reconciler.trigger.scope import event_pattern
+from sg_reconciler_tools.event_pattern import event_pattern
 
 OWN_ROLE_ARNS = [
     "arn:aws:iam::123456789012:role/sg-reconciler-ApplyStepsRole-0A1B2C3D4E5F",

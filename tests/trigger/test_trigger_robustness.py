@@ -17,8 +17,8 @@ from event_samples import (
 from hypothesis import given
 from hypothesis import strategies as st
 from sg_reconciler.core.scope import Scope
+from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant, parse_record
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
-from sg_reconciler.trigger.scope import Ignored, Parsed, Relevant, parse_record
 
 OWN = frozenset({"arn:aws:iam::123456789012:role/sg-reconciler-ApplyStepsRole-0A1B2C3D4E5F"})
 SAMPLES = [f"eventbridge/{n}" for n in EVENT_NAMES] + ["scheduled"]

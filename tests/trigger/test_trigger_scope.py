@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from event_samples import ACCOUNT_ID, REGION, event_names, load_event
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
-from sg_reconciler.trigger.scope import (
+from sg_reconciler.trigger.classify import (
     Ignored,
     Parsed,
     Relevant,
     load_balancer_arn_of,
     parse_record,
 )
+from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
 
 OWN_ROLE_ARN = "arn:aws:iam::123456789012:role/sg-reconciler-ApplyStepsRole-0A1B2C3D4E5F"
 OWN_ROLES = frozenset({OWN_ROLE_ARN, "arn:aws:iam::123456789012:role/sg-reconciler-PlannerRole-1"})
@@ -327,7 +327,7 @@ def test_unreadable_bodies_are_ignored_without_an_id(body: str, reason: str) -> 
 def test_each_ignored_event_logs_one_line_and_relevant_events_none(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="sg_reconciler.trigger.scope")
+    caplog.set_level(logging.INFO, logger="sg_reconciler.trigger.classify")
     own = sample("CreateRule")
     _as_own_role(own)
 
@@ -347,8 +347,8 @@ def test_an_unexpected_error_is_ignored_and_logged_not_raised(
     def broken(detail: object) -> Scope:
         raise RuntimeError("bug in a scope rule")
 
-    monkeypatch.setattr("sg_reconciler.trigger.scope.scope_of", broken)
-    caplog.set_level(logging.INFO, logger="sg_reconciler.trigger.scope")
+    monkeypatch.setattr("sg_reconciler.trigger.classify.scope_of", broken)
+    caplog.set_level(logging.INFO, logger="sg_reconciler.trigger.classify")
 
     result = ignored(parse(sample("DeleteRule")))
 

@@ -13,11 +13,11 @@ import time
 
 import pytest
 from sg_reconciler.adapters.pacing import Pacer
+from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
+from sg_reconciler.app.plan_batch import execution_name
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.plan import Plan
-from sg_reconciler.planning_service import execution_name
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
 from sg_reconciler_tools.demo.play import reconcile
 from sg_reconciler_tools.demo.world import DemoWorld
 from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor

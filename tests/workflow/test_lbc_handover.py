@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, Rule
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, parse_policy
-from sg_reconciler.reconcile import compute_live_plan
 from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world

@@ -17,15 +17,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
-from sg_reconciler.adapters.clients import Clients, make_clients
+from sg_reconciler.adapters.aws import Clients, make_clients
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
+from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
 from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, RuleError
 from sg_reconciler.errors import ReconcilerError
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, PolicyError, load_policy_file
-from sg_reconciler.reconcile import LivePlan, compute_live_plan
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
 from sg_reconciler_tools.render import handover_to_dict, render_handover, render_plan

@@ -16,7 +16,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sg_reconciler.adapters.security_groups import typed_aws_errors
+from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.errors import BadConfiguration
 
 HELD_PREFIX = "brake-held#"

@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sg_reconciler.adapters.security_groups import typed_aws_errors
+from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.errors import InvalidPlan
 
 # Only a running execution makes a start a duplicate. One that ended (failed, or succeeded

@@ -4,7 +4,7 @@ The number of calls grows with pages, not with objects, wherever the API has a b
 one paged listing of all load balancers and of all target groups, tags in chunks of 20
 ARNs, and instances, interfaces, rules and groups through filters of up to 200 values.
 `describe_target_health` takes one target group per call and has no batch form, so it is
-one call per managed target group (a few run concurrently); `describe_call_estimate`
+one call per managed target group (a few run concurrently); benchmarks/call_estimate.py
 counts it apart. At 10,000 target groups it dominates the read: see benchmarks/. Only for
 load balancers a binding admits by address: their subnets and VPCs (batched) and one
 `describe_target_group_attributes` per target group (client IP preservation).
@@ -25,7 +25,6 @@ until the missing ids are isolated and dropped.
 from __future__ import annotations
 
 import ipaddress
-import math
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from sg_reconciler.core.inventory import (
+from sg_reconciler.core.account import (
     Inventory,
     LoadBalancer,
     SecurityGroup,
@@ -589,51 +588,3 @@ def read_inventory(
 ) -> Inventory:
     """Everything the desired state of `policy` depends on, plus the rules of the groups in play."""
     return _Reader(ec2, elbv2, policy, quotas).read()
-
-
-@dataclass(frozen=True)
-class WorldSize:
-    """Object counts of an account, to estimate the describe calls a full read costs."""
-
-    load_balancers: int
-    managed_load_balancers: int
-    target_groups: int
-    managed_target_groups: int
-    instances: int
-    ip_targets: int
-    rule_groups: int  # groups whose rules are read
-    rules: int
-    groups: int  # groups described (rule groups and rule sources)
-    owned_rules: int
-
-
-def describe_call_estimate(size: WorldSize) -> dict[str, int]:
-    """Describe calls of one full read, from AWS page sizes, assuming objects spread evenly.
-
-    `describe_target_health` is reported apart: it has no batch form.
-    """
-
-    def paged(objects: int, per_page: int) -> int:
-        return max(1, math.ceil(objects / per_page))
-
-    def filtered(ids: int, objects: int, per_page: int) -> int:
-        if ids == 0:
-            return 0
-        batches = math.ceil(ids / FILTER_CHUNK)
-        return sum(paged(math.ceil(objects / batches), per_page) for _ in range(batches))
-
-    batched = {
-        "DescribeLoadBalancers": paged(size.load_balancers, ELB_PAGE_SIZE),
-        "DescribeTags": math.ceil(size.load_balancers / TAG_CHUNK),
-        "DescribeTargetGroups": paged(size.target_groups, ELB_PAGE_SIZE)
-        if size.managed_load_balancers
-        else 0,
-        "DescribeInstances": filtered(size.instances, size.instances, EC2_PAGE_SIZE),
-        "DescribeNetworkInterfaces": filtered(size.ip_targets, size.ip_targets, EC2_PAGE_SIZE),
-        "DescribeSecurityGroupRules": paged(size.owned_rules, EC2_PAGE_SIZE)
-        + filtered(size.rule_groups, size.rules, EC2_PAGE_SIZE),
-        "DescribeSecurityGroups": filtered(size.groups, size.groups, EC2_PAGE_SIZE),
-    }
-    batched["batched_total"] = sum(batched.values())
-    batched["DescribeTargetHealth"] = size.managed_target_groups
-    return batched

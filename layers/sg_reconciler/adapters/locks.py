@@ -13,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sg_reconciler.adapters.security_groups import typed_aws_errors
+from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.errors import LockBusy, LockLost
 
 _FREE_OR_MINE = "attribute_not_exists(group_id) OR lease_expires_at < :now OR holder = :me"

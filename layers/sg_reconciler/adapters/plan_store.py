@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sg_reconciler.adapters.security_groups import typed_aws_errors
+from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.errors import InvalidPlan
 
 KEEP_SECONDS = 7 * 86_400  # a plan outlives its execution (at most a day) by a week

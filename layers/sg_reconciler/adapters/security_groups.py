@@ -8,13 +8,10 @@ that is gone succeeds. Revokes go by rule id only, never by consolidated permiss
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
-
+from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
@@ -30,8 +27,6 @@ from sg_reconciler.errors import (
     NotOwned,
     NotYetVisible,
     RuleChanged,
-    TransientAwsError,
-    from_aws_code,
 )
 
 _FILTER_CHUNK = 200  # values per describe filter
@@ -39,21 +34,6 @@ T = TypeVar("T")
 
 # Called with the group's live rules right before a revoke or modify; raises to stop the call.
 Guard = Callable[[list[Rule]], None]
-
-
-@contextmanager
-def typed_aws_errors() -> Iterator[None]:
-    """Re-raise botocore ClientErrors as the typed errors Step Functions matches."""
-    try:
-        yield
-    except (BotoConnectionError, HTTPClientError) as err:  # timeouts, resets: it may have applied
-        raise TransientAwsError(f"{type(err).__name__}: {err}") from None
-    except ClientError as err:
-        error = err.response.get("Error", {})
-        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        raise from_aws_code(
-            str(error.get("Code", "Unknown")), str(error.get("Message", "")), status
-        ) from None
 
 
 def ip_permission(rule: Rule) -> dict[str, Any]:

@@ -21,8 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sg_reconciler.core.compaction import PortRange, compact, merge_ranges
-from sg_reconciler.core.inventory import (
+from sg_reconciler.core.account import (
     Inventory,
     LoadBalancer,
     SecurityGroup,
@@ -30,6 +29,7 @@ from sg_reconciler.core.inventory import (
     Target,
     TargetGroup,
 )
+from sg_reconciler.core.compaction import PortRange, compact, merge_ranges
 from sg_reconciler.core.rules import DEFAULT_OWNER, Peer, Rule, RuleKey, cidr_peer
 from sg_reconciler.core.scope import Scope
 

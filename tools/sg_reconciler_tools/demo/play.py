@@ -23,12 +23,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import ip_permission
+from sg_reconciler.app.live_plan import compute_live_plan
+from sg_reconciler.app.steps import stored_phases
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.rules import Rule, describe_ports
 from sg_reconciler.observability import logger
 from sg_reconciler.policy import parse_policy
-from sg_reconciler.reconcile import compute_live_plan
-from sg_reconciler.workflow import stored_phases
 
 from sg_reconciler_tools.demo.large_world import LargeWorld
 from sg_reconciler_tools.demo.world import DemoWorld, build_world, scheduled_event

@@ -28,11 +28,7 @@ from sg_reconciler.core.scope import Scope
 from sg_reconciler.trigger.cloudtrail import (
     CLASSIC_ELB_API_VERSION,
     CLOUDTRAIL_DETAIL_TYPE,
-    EC2_EVENT_SOURCE,
-    EC2_SOURCE,
     ELB_EVENT_NAMES,
-    ELB_EVENT_SOURCE,
-    ELB_SOURCE,
     EVENT_NAMES,
     SCHEDULE_SOURCE,
     SCHEDULED_DETAIL_TYPE,
@@ -193,37 +189,6 @@ def scope_of(detail: CloudTrailDetail) -> Scope:
             return _tagged(detail.requestParameters.resourceArns)
     # An event name without a case is a programming error; a full re-plan stays correct.
     return Scope.everything()
-
-
-def event_pattern(own_role_arns: list[str]) -> dict[str, Any]:
-    """The EventBridge rule pattern for the trigger queue.
-
-    It keeps successful calls named in `EVENT_NAMES` and drops calls whose session was
-    issued by one of the reconciler's roles. `anything-but` never matches a missing field,
-    and IAM users and root log an empty `sessionIssuer` (no `arn`), so the filter is an
-    `$or` of "issuer ARN absent" and "issuer ARN is none of ours"; a bare `anything-but`
-    would silently drop every IAM-user change.
-    """
-    detail: dict[str, Any] = {
-        "eventSource": [EC2_EVENT_SOURCE, ELB_EVENT_SOURCE],
-        "eventName": list(EVENT_NAMES),
-        "errorCode": [{"exists": False}],
-    }
-    own = list(dict.fromkeys(own_role_arns))  # deduplicated, in the template's order
-    if own:
-        detail["$or"] = [
-            {"userIdentity": {"sessionContext": {"sessionIssuer": {"arn": [{"exists": False}]}}}},
-            {
-                "userIdentity": {
-                    "sessionContext": {"sessionIssuer": {"arn": [{"anything-but": own}]}}
-                }
-            },
-        ]
-    return {
-        "source": [EC2_SOURCE, ELB_SOURCE],
-        "detail-type": [CLOUDTRAIL_DETAIL_TYPE],
-        "detail": detail,
-    }
 
 
 # ---------------------------------------------------------------- internals

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
@@ -53,7 +54,6 @@ from sg_reconciler.errors import (
     RevokeFailed,
     WouldLoseTraffic,
 )
-from sg_reconciler.reconcile import LivePlan
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.reconcile import LivePlan
-from sg_reconciler.trigger.scope import Ignored, Parsed, Relevant
+from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
 
 EXECUTION_NAME_BUCKET_SECONDS = 600
 

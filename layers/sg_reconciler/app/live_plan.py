@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters.inventory import read_inventory
+from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import (
     BrakeFacts,
     BrakeVerdict,
@@ -25,7 +26,6 @@ from sg_reconciler.core.desired import (
     compute_desired,
     touched_groups,
 )
-from sg_reconciler.core.inventory import Inventory
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.quota import Limits
