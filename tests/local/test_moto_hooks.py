@@ -814,7 +814,13 @@ def test_unassigned_eni_prefixes_are_gone(mocked: Mocked) -> None:
 def test_a_prefix_count_picks_free_28s_and_a_bad_prefix_is_refused(mocked: Mocked) -> None:
     net = subnet(mocked)
     with moto_hooks.patch_eni_delegated_prefixes():
-        node = eni(mocked, net, Ipv4Prefixes=[{"Ipv4Prefix": "10.0.1.16/28"}])
+        # (the primary address outside the explicit /28, which AWS would refuse to delegate)
+        node = eni(
+            mocked,
+            net,
+            PrivateIpAddress="10.0.1.200",
+            Ipv4Prefixes=[{"Ipv4Prefix": "10.0.1.16/28"}],
+        )
         mocked.ec2.assign_private_ip_addresses(NetworkInterfaceId=node, Ipv4PrefixCount=2)
         interface = enis(mocked)[node]
         with pytest.raises(ClientError) as raised:

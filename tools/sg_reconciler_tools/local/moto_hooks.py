@@ -520,6 +520,7 @@ def _free_prefixes(backend: Any, eni: Any, family: str, count: int) -> list[str]
         for prefix in eni_prefixes(backend, other.id, family)
     ]
     addresses = [
+        *(other.private_ip_address for other in neighbours),  # the primary, kept apart
         *(a.get("PrivateIpAddress") for other in neighbours for a in other.private_ip_addresses),
         *(address for other in neighbours for address in other.ipv6_addresses),
     ]
