@@ -63,6 +63,8 @@ EXPECTED: dict[str, Scope] = {
     "CreateLoadBalancer": _scope(groups={NLB_SG}, lbs={NLB}),
     "DeleteLoadBalancer": _scope(lbs={NLB}),
     "SetSecurityGroups": _scope(groups={NLB_SG, EXTRA_SG}, lbs={NLB}),
+    "SetSubnets": _scope(lbs={NLB}),
+    "SetIpAddressType": _scope(lbs={NLB}),
     "CreateTargetGroup": _scope(tgs={TG_FRONTEND}),
     "ModifyTargetGroup": _scope(lbs={NLB}, tgs={TG_FRONTEND}),
     "ModifyTargetGroupAttributes": _scope(tgs={TG_FRONTEND}),

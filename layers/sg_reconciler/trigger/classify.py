@@ -61,7 +61,9 @@ from sg_reconciler.trigger.cloudtrail import (
     RemoveTagsDetail,
     RevokeSecurityGroupIngressDetail,
     RulesResponse,
+    SetIpAddressTypeDetail,
     SetSecurityGroupsDetail,
+    SetSubnetsDetail,
     TargetsParameters,
     UpdateSecurityGroupRuleDescriptionsIngressDetail,
 )
@@ -147,7 +149,7 @@ def scope_of(detail: CloudTrailDetail) -> Scope:
             return _ec2_tags(detail)
         case CreateLoadBalancerDetail():
             return _create_load_balancer(detail)
-        case DeleteLoadBalancerDetail():
+        case DeleteLoadBalancerDetail() | SetSubnetsDetail() | SetIpAddressTypeDetail():
             return Scope(load_balancer_arns=_ids([detail.requestParameters.loadBalancerArn]))
         case SetSecurityGroupsDetail():
             return _set_security_groups(detail)

@@ -44,6 +44,8 @@ ELB_EVENT_NAMES: tuple[str, ...] = (
     "CreateLoadBalancer",
     "DeleteLoadBalancer",
     "SetSecurityGroups",
+    "SetSubnets",  # an NLB admitted by address: its subnets carry its health checks
+    "SetIpAddressType",  # dualstack adds the subnets' IPv6 blocks
     "CreateTargetGroup",
     "ModifyTargetGroup",
     "ModifyTargetGroupAttributes",  # client IP preservation decides an addressed NLB's peers
@@ -493,6 +495,18 @@ class SetSecurityGroupsDetail(CloudTrailDetail):
     responseElements: SetSecurityGroupsResponse | None = None
 
 
+class SetSubnetsDetail(CloudTrailDetail):
+    eventName: Literal["SetSubnets"]
+    requestParameters: LoadBalancerParameters
+    responseElements: dict[str, Any] | None = None
+
+
+class SetIpAddressTypeDetail(CloudTrailDetail):
+    eventName: Literal["SetIpAddressType"]
+    requestParameters: LoadBalancerParameters
+    responseElements: dict[str, Any] | None = None
+
+
 class CreateTargetGroupDetail(CloudTrailDetail):
     eventName: Literal["CreateTargetGroup"]
     requestParameters: CreateTargetGroupParameters
@@ -591,6 +605,8 @@ KnownDetail = Annotated[
     | CreateLoadBalancerDetail
     | DeleteLoadBalancerDetail
     | SetSecurityGroupsDetail
+    | SetSubnetsDetail
+    | SetIpAddressTypeDetail
     | CreateTargetGroupDetail
     | ModifyTargetGroupDetail
     | ModifyTargetGroupAttributesDetail
