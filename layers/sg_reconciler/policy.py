@@ -24,6 +24,7 @@ from sg_reconciler.core.desired import DesiredSettings, disagreement
 from sg_reconciler.core.rules import (
     DEFAULT_MAX_RULES_PER_GROUP,
     DEFAULT_OWNER,
+    OWNER_TAG_KEY,
     Rule,
     RuleError,
     rule_from_dict,
@@ -424,8 +425,13 @@ class Policy(_BindingFields):
         return any(fields.matches(tags) for _, fields in self.in_effect())
 
     def adopts(self, rule: Rule) -> bool:
-        """Whether an unmanaged rule may be taken over (when it is exactly a desired rule)."""
-        return bool(rule.description) and rule.description in self.adopt_descriptions
+        """Whether an unmanaged rule may be taken over (when it is exactly a desired rule):
+        its description is listed and no deployment owns it (another's stays its own)."""
+        return (
+            bool(rule.description)
+            and rule.description in self.adopt_descriptions
+            and rule.tag(OWNER_TAG_KEY) is None
+        )
 
     @property
     def named_groups(self) -> set[str]:

@@ -10,6 +10,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from moto import mock_aws
 from sg_reconciler.adapters.security_groups import SecurityGroupRules, typed_aws_errors
+from sg_reconciler.core.plan import Adopt
 from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, rule_from_dict
 from sg_reconciler.errors import GroupNotFound, NotOwned, RuleChanged, TransientAwsError
 from sg_reconciler_tools.local import moto_hooks
@@ -125,44 +126,56 @@ def described_as_aws() -> Iterator[None]:
         yield
 
 
+def their_rule(ec2: Any, node: str, lb: str, description: str) -> str:
+    pair: dict[str, str] = {"GroupId": lb}
+    if description:
+        pair["Description"] = description
+    return str(
+        ec2.authorize_security_group_ingress(
+            GroupId=node,
+            IpPermissions=[
+                {"IpProtocol": "tcp", "FromPort": 80, "ToPort": 80, "UserIdGroupPairs": [pair]}
+            ],
+        )["SecurityGroupRules"][0]["SecurityGroupRuleId"]
+    )
+
+
+@pytest.mark.parametrize("was", ["theirs=shared", ""], ids=["described", "no description"])
 def test_adopt_tags_then_rewrites_in_place_is_idempotent_and_hand_back_restores_it(
-    ec2: Any, groups: tuple[str, str], described_as_aws: None
+    ec2: Any, groups: tuple[str, str], described_as_aws: None, was: str
 ) -> None:
     node, lb = groups
-    theirs = ec2.authorize_security_group_ingress(
-        GroupId=node,
-        IpPermissions=[
-            {
-                "IpProtocol": "tcp",
-                "FromPort": 80,
-                "ToPort": 80,
-                "UserIdGroupPairs": [{"GroupId": lb, "Description": "theirs=shared"}],
-            }
-        ],
-    )["SecurityGroupRules"][0]["SecurityGroupRuleId"]
+    theirs = their_rule(ec2, node, lb, was)
     rules = SecurityGroupRules(ec2)
     before = rules.describe([node])
-    wanted = rule(node, lb, 80, 80, "sg-reconciler: load balancer targets")
+    step = Adopt(node, theirs, rule(node, lb, 80, 80, "sg-reconciler: load balancer targets"), was)
     for _ in range(2):  # a retried step changes nothing more
-        rules.adopt(node, theirs, wanted, OWNER, "plan-1")
+        rules.adopt(node, step, OWNER, "plan-1")
     [adopted] = rules.describe([node])
-    assert adopted.rule_id == theirs and adopted.key == wanted.key
-    assert adopted.description == wanted.description and adopted.owned_by(OWNER)
+    assert adopted.rule_id == theirs and adopted.key == step.rule.key
+    assert adopted.description == step.rule.description and adopted.owned_by(OWNER)
     assert rules.hand_back([node], OWNER, "plan-2") == []  # another execution's: untouched
     assert rules.hand_back([node], OWNER, "plan-1") == [theirs]
     assert rules.describe([node]) == before
 
 
 def test_adopting_a_rule_that_changed_or_that_another_deployment_owns_is_refused(
-    ec2: Any, groups: tuple[str, str]
+    ec2: Any, groups: tuple[str, str], described_as_aws: None
 ) -> None:
     node, lb = groups
     rules = SecurityGroupRules(ec2)
     ids = rules.authorize(node, [rule(node, lb, 80, 80)], "someone-else", "p")
     [rule_id] = ids.values()
+    ours = rule(node, lb, 80, 80, "ours")
     with pytest.raises(NotOwned, match="'someone-else' owns it"):
-        rules.adopt(node, rule_id, rule(node, lb, 80, 80), OWNER, "plan-1")
+        rules.adopt(node, Adopt(node, rule_id, ours, ""), OWNER, "plan-1")
     with pytest.raises(RuleChanged, match="now"):
-        rules.adopt(node, rule_id, rule(node, lb, 81, 81), OWNER, "plan-1")
+        rules.adopt(node, Adopt(node, rule_id, rule(node, lb, 81, 81), ""), OWNER, "plan-1")
     with pytest.raises(RuleChanged, match="gone"):
-        rules.adopt(node, "sgr-0000000000000000", rule(node, lb, 80, 80), OWNER, "plan-1")
+        rules.adopt(node, Adopt(node, "sgr-0000000000000000", ours, ""), OWNER, "plan-1")
+    # a rule whose description changed since the plan is not the planned rule any more
+    rules.revoke(node, [rule_id], "someone-else")
+    theirs = their_rule(ec2, node, lb, "hand-made, keep")
+    with pytest.raises(RuleChanged, match="now described 'hand-made, keep'"):
+        rules.adopt(node, Adopt(node, theirs, ours, "theirs=shared"), OWNER, "plan-1")
+    assert not rules.describe([node])[0].tags  # untouched

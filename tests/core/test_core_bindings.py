@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -19,7 +20,6 @@ from sg_reconciler.core.desired import (
     Binding,
     DesiredSettings,
     DesiredState,
-    DesiredStateError,
     Flow,
     compute_desired,
     touched_groups,
@@ -134,8 +134,14 @@ def test_bindings_sharing_a_group_and_peer_merge_when_they_agree_and_are_refused
     )
     merged = desired(world, *shared)
     assert ports_of(merged, "sg-nodes", Peer("group", "sg-shared")) == {30001, 30002}
-    with pytest.raises(DesiredStateError, match=r"bindings 'a' and 'b'.*sg-nodes from sg-shared"):
-        desired(world, shared[0], replace(shared[1], rule_budget=1))
+    assert merged.conflicts == {}
+    # health checks are only ports: bindings that differ there still agree
+    assert desired(world, shared[0], replace(shared[1], include_health_checks=False)).rules
+    refused = desired(world, shared[0], replace(shared[1], rule_budget=1))
+    assert refused.rules == ()  # the group's rules are left as they are
+    assert re.search(
+        r"bindings 'a' and 'b'.*sg-nodes from sg-shared", refused.conflicts["sg-nodes"]
+    )
 
 
 @st.composite
@@ -151,41 +157,40 @@ def binding_sets(draw: st.DrawFn) -> list[Binding]:
                 draw(st.sets(st.sampled_from(["sg-nodes-a", "sg-nodes-b"]), min_size=1))
             ),
             rule_budget=draw(st.sampled_from([1, 3])),
-            include_health_checks=draw(st.booleans()),
+            include_health_checks=draw(st.booleans()),  # never a conflict: ports add up
         )
         for i in range(count)
     ]
 
 
 @given(binding_sets())
-def test_bindings_are_refused_exactly_when_two_shape_one_flow_differently(
+def test_a_group_is_refused_exactly_when_two_bindings_shape_one_of_its_flows_differently(
     bindings: list[Binding],
 ) -> None:
     world = two_clusters()
     alone = {b.name: flows(desired(world, b)) for b in bindings}
-    clash = [
-        (first.name, second.name)
-        for i, first in enumerate(bindings)
-        for second in bindings[i + 1 :]
-        if alone[first.name] & alone[second.name] and first.shaping != second.shaping
-    ]
+    clash: dict[str, list[tuple[str, str]]] = {}  # group -> pairs of bindings at odds there
+    for i, first in enumerate(bindings):
+        for second in bindings[i + 1 :]:
+            if first.shaping != second.shaping:
+                for host, _, _ in alone[first.name] & alone[second.name]:
+                    clash.setdefault(host, []).append((first.name, second.name))
     for order in (bindings, bindings[::-1]):
-        if clash:
-            with pytest.raises(DesiredStateError) as refused:
-                desired(world, *order)
-            named = [n for n in alone if f"'{n}'" in str(refused.value)]
-            assert len(named) == 2 and any(set(named) == set(pair) for pair in clash)
-            continue
         state = desired(world, *order)
-        assert flows(state) == set().union(*alone.values())
+        assert set(state.conflicts) == set(clash)
+        for group, why in state.conflicts.items():  # each names two bindings at odds there
+            named = {n for n in alone if f"'{n}'" in why}
+            assert any(named == set(pair) for pair in clash[group])
+        assert not any(r.group_id in clash for r in state.rules)
+        agreed = {f for f in set().union(*alone.values()) if f[0] not in clash}
+        assert flows(state) == agreed
         for b in bindings:  # every port a binding needs alone is still admitted
             single = desired(world, b)
-            for host, peer, protocol in flows(single):
+            for host, peer, protocol in flows(single) & agreed:
                 assert ports_of(single, host, peer, protocol) <= ports_of(
                     state, host, peer, protocol
                 )
-    if not clash:
-        assert desired(world, *bindings).rules == desired(world, *bindings[::-1]).rules
+    assert desired(world, *bindings).rules == desired(world, *bindings[::-1]).rules
 
 
 # --- load balancers without security groups: admitted by address --------------------------
@@ -225,7 +230,8 @@ def test_client_ip_preserved_admits_clients_on_the_traffic_port_and_the_nlb_for_
     assert by_port[10256] == V4_SUBNETS  # health checks come from the NLB itself
     declared = replace(ADDRESSES, client_cidrs=("192.0.2.0/24", "::/0"))
     by_port = peers_by_port(desired(replace(inventory, target_groups=(checked,)), declared))
-    assert by_port[30001] == {Peer("cidr4", "192.0.2.0/24"), Peer("cidr6", "::/0")}
+    # an IPv4-only NLB never brings IPv6 clients to an IPv4 target group: ::/0 is not opened
+    assert by_port[30001] == {Peer("cidr4", "192.0.2.0/24")}
 
 
 def test_client_ip_not_preserved_admits_only_the_nlbs_subnets() -> None:
@@ -251,20 +257,45 @@ def test_an_internet_facing_nlb_without_declared_clients_opens_nothing_to_the_wo
     assert any("declares no client_cidrs" in n for n in state.notes)
 
 
-def test_a_dualstack_nlb_adds_its_ipv6_subnets_and_the_vpcs_ipv6_clients() -> None:
+def test_a_dualstack_nlb_admits_each_target_group_in_its_own_family() -> None:
     inventory, nlb = addressed(scheme="internal", ip_address_type="dualstack")
+    v6_subnet, v6_vpc = Peer("cidr6", "2600:1f14:abcd:1::/64"), Peer("cidr6", "2600:1f14:abcd::/56")
+    # An IPv4 target group: IPv6 clients arrive from the NLB's own IPv4 addresses (its
+    # subnets), so no IPv6 rule at all (before: the VPC's IPv6 block reached the node port)
     node = Target("i-1", 30001, ("sg-nodes",), "i-1")
     checked = tg("t", [nlb], [node], health_check_port="10256")
     state = desired(replace(inventory, target_groups=(checked,)), ADDRESSES)
-    assert peers_by_port(state)[10256] == V4_SUBNETS | {Peer("cidr6", "2600:1f14:abcd:1::/64")}
-    assert peers_by_port(state)[30001] == {
-        Peer("cidr4", "10.0.0.0/16"),
-        Peer("cidr6", "2600:1f14:abcd::/56"),
+    assert peers_by_port(state) == {
+        10256: V4_SUBNETS,
+        30001: {Peer("cidr4", "10.0.0.0/16"), *V4_SUBNETS},
     }
+    # An IPv6 target group: its subnets' and its VPC's IPv6 blocks only
     pods = Target("2600:1f14:abcd:1::9", 8080, ("sg-nodes",))
-    off = tg("p", [nlb], [pods], target_type="ip", preserve_client_ip=False)
+    v6 = {"target_type": "ip", "ip_address_type": "ipv6"}
+    off = tg("p", [nlb], [pods], preserve_client_ip=False, **v6)
     state = desired(replace(inventory, target_groups=(off,)), ADDRESSES)
-    assert peers_by_port(state)[8080] == V4_SUBNETS | {Peer("cidr6", "2600:1f14:abcd:1::/64")}
+    assert peers_by_port(state) == {8080: {v6_subnet}}
+    on = tg("p", [nlb], [pods], preserve_client_ip=True, health_check_port="8081", **v6)
+    state = desired(replace(inventory, target_groups=(on,)), ADDRESSES)
+    assert peers_by_port(state) == {8080: {v6_vpc, v6_subnet}, 8081: {v6_subnet}}
+
+
+def test_unknown_subnets_hold_the_target_groups_ports_and_udp_always_preserves() -> None:
+    inventory, nlb = addressed(scheme="internal")
+    blind = replace(nlb, subnet_cidrs=())
+    pod = Target("10.0.1.9", 8080, ("sg-nodes",))
+    dns = tg("dns", [blind], [pod], target_type="ip", protocol="UDP", health_check_port="8081")
+    state = desired(replace(inventory, load_balancers=(blind,), target_groups=(dns,)), ADDRESSES)
+    assert state.rules == ()
+    # held like a lookup miss, with the traffic port and the (TCP) health-check port
+    assert {(m.protocol, m.ports) for m in state.lookup_misses} == {
+        ("udp", frozenset({8080})),
+        ("tcp", frozenset({8081})),
+    }
+    off = replace(dns, load_balancer_arns=(nlb.arn,), preserve_client_ip=False)
+    state = desired(replace(inventory, target_groups=(off,)), ADDRESSES)
+    udp = {r.key.peer for r in state.rules if r.key.protocol == "udp"}
+    assert udp == {Peer("cidr4", "10.0.0.0/16")}  # the clients, whatever the attribute says
 
 
 def test_a_scope_on_an_addressed_nlb_touches_groups_holding_its_old_cidr_rules() -> None:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+from sg_reconciler.core.desired import LookupMiss
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.phases import split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Plan, step_from_dict, step_to_dict
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.quota import Limits
-from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, OWNER_TAG_KEY, Peer, Rule, RuleKey
+from sg_reconciler.core.rules import (
+    ADOPTED_BY_TAG_KEY,
+    OWNER_TAG_KEY,
+    Peer,
+    Rule,
+    RuleError,
+    RuleKey,
+)
 from sg_reconciler.core.safety import check_plan
 
 OWNER = "sg-reconciler"
@@ -40,7 +49,7 @@ def test_an_unmanaged_rule_equal_to_a_desired_rule_is_adopted_only_when_the_poli
     assert any("already allowed by unmanaged rule sgr-1" in n for n in left.notes)
     plan = make_plan(current, desired, OWNER, adopt=adopts)
     assert isinstance(plan, Plan)
-    assert Adopt("sg-nodes", "sgr-1", desired[0]) in plan.steps
+    assert Adopt("sg-nodes", "sgr-1", desired[0], THEIRS) in plan.steps
     # adoption and authorization are the first phase; sgr-2 (not desired) is never touched
     phases = split_phases(plan.steps)
     assert [s for _, steps in phases.authorize for s in steps] == list(plan.steps)
@@ -54,12 +63,14 @@ def test_an_unmanaged_rule_equal_to_a_desired_rule_is_adopted_only_when_the_poli
 def test_the_checker_accepts_an_adoption_and_refuses_a_wrong_one() -> None:
     current = [existing("sgr-1", 31000, 32000)]
     desired = [Rule(key(31000, 32000), OURS)]
-    good = Plan((Adopt("sg-nodes", "sgr-1", desired[0]),))
+    good = Plan((Adopt("sg-nodes", "sgr-1", desired[0], THEIRS),))
     assert check_plan(good, current, desired, OWNER, Limits()) == []
-    wrong_key = Plan((Adopt("sg-nodes", "sgr-1", Rule(key(31000, 31999), OURS)),))
-    assert any(
-        "another rule" in v.detail for v in check_plan(wrong_key, current, desired, OWNER, Limits())
-    )
+    for wrong in (
+        Adopt("sg-nodes", "sgr-1", Rule(key(31000, 31999), OURS), THEIRS),  # another key
+        Adopt("sg-nodes", "sgr-1", desired[0], "hand-made"),  # another description
+    ):
+        violations = check_plan(Plan((wrong,)), current, desired, OWNER, Limits())
+        assert any("adopts rule" in v.detail for v in violations)
     owned = [existing("sgr-1", 31000, 32000, **{OWNER_TAG_KEY: OWNER})]
     assert any(
         "already owned" in v.detail for v in check_plan(good, owned, desired, OWNER, Limits())
@@ -67,10 +78,13 @@ def test_the_checker_accepts_an_adoption_and_refuses_a_wrong_one() -> None:
 
 
 def test_an_adopt_step_round_trips_through_the_plan_contract() -> None:
-    step = Adopt("sg-nodes", "sgr-1", Rule(key(80, 80), OURS))
+    step = Adopt("sg-nodes", "sgr-1", Rule(key(80, 80), OURS), THEIRS)
     doc = step_to_dict(step)
-    assert doc["action"] == "adopt" and doc["rule_id"] == "sgr-1"
+    assert doc["action"] == "adopt" and doc["previous_description"] == THEIRS
     assert step_from_dict(doc) == step
+    del doc["previous_description"]
+    with pytest.raises(RuleError, match="previous_description"):
+        step_from_dict(doc)
 
 
 def test_the_hand_over_is_ready_once_every_desired_rule_is_in_place_and_ours() -> None:
@@ -78,7 +92,8 @@ def test_the_hand_over_is_ready_once_every_desired_rule_is_in_place_and_ours() -
     current = [existing("sgr-1", 31000, 32000), existing("sgr-2", 30000, 30001)]
     plan = make_plan(current, desired, OWNER, adopt=adopts)
     assert isinstance(plan, Plan)
-    state = hand_over(plan, current, desired, [THEIRS])
+    ports = {"sg-nodes": frozenset({("tcp", 31500), ("tcp", 10250)})}
+    state = hand_over(plan, current, desired, [THEIRS], ports)
     assert not state.ready
     assert [s.rule_id for s in state.to_adopt] == ["sgr-1"]
     assert [r.key for r in state.to_authorize] == [key(10250, 10250)]
@@ -93,6 +108,18 @@ def test_the_hand_over_is_ready_once_every_desired_rule_is_in_place_and_ours() -
     ]
     after = make_plan(done, desired, OWNER, adopt=adopts)
     assert isinstance(after, Plan) and after.steps == ()
-    state = hand_over(after, done, desired, [THEIRS])
+    state = hand_over(after, done, desired, [THEIRS], ports)
     assert state.ready and [r.rule_id for r in state.adopted] == ["sgr-1"]
     assert not any(isinstance(s, Authorize) for s in after.steps)
+    # Not ready while a target's port is admitted only by a rule its owner will revoke
+    # (the controller opened 0.0.0.0/0 to a NodePort that no desired rule admits)
+    public = Rule(
+        RuleKey("sg-nodes", "tcp", 30080, 30080, Peer("cidr4", "0.0.0.0/0")), THEIRS, "sgr-9"
+    )
+    reached = {"sg-nodes": frozenset({*ports["sg-nodes"], ("tcp", 30080)})}
+    state = hand_over(after, [*done, public], desired, [THEIRS], reached)
+    assert not state.ready and "tcp 30080 from 0.0.0.0-255.255.255.255" in state.cut.describe()
+    # nor while a target's group is unknown
+    miss = LookupMiss("vpc-1", "pods", "10.0.1.9", "tcp", frozenset({8080}))
+    state = hand_over(after, done, desired, [THEIRS], ports, [miss])
+    assert not state.ready and state.unknown_targets == ("10.0.1.9 in pods",)

@@ -12,8 +12,8 @@
 - NLB `legacy` (internal, no security groups, tag legacy=true): `legacy-inst` (instance, TCP
   30500, client IP preserved by default) on a1 and `legacy-ip` (ip, TCP 9000, preservation
   off) on the pod interface's primary address.
-- NLB `dual` (internal, dualstack, no security groups, tag legacy=true): `dual-ip` (ip, TCP
-  9100, preservation off) on an IPv6 address of interface `v6_eni` (group pods_b).
+- NLB `dual` (internal, dualstack, no security groups, tag legacy=true): `dual-ip` (ip, IPv6,
+  TCP 9100, preservation off) on an IPv6 address of interface `v6_eni` (group pods_b).
 """
 
 from __future__ import annotations
@@ -149,13 +149,21 @@ def build_clusters_world(ec2: EC2Client, elbv2: ElasticLoadBalancingv2Client) ->
         "dual": nlb("dual", [], {"legacy": "true"}, IpAddressType="dualstack"),
     }
 
-    def serve(lb: str, name: str, kind: str, port: int, targets: list[dict[str, Any]]) -> str:
+    def serve(
+        lb: str,
+        name: str,
+        kind: str,
+        port: int,
+        targets: list[dict[str, Any]],
+        family: str = "ipv4",
+    ) -> str:
         arn = elbv2.create_target_group(
             Name=name,
             Protocol="TCP",
             Port=port,
             VpcId=vpc_id,
             TargetType=kind,  # type: ignore[arg-type]
+            IpAddressType=family,  # type: ignore[arg-type]
         )["TargetGroups"][0]["TargetGroupArn"]
         elbv2.create_listener(
             LoadBalancerArn=lbs[lb],
@@ -176,5 +184,5 @@ def build_clusters_world(ec2: EC2Client, elbv2: ElasticLoadBalancingv2Client) ->
     serve("b-web", "b-nodes", "instance", 30090, [{"Id": instances[n]} for n in ("b1", "b_bad")])
     serve("legacy", "legacy-inst", "instance", 30500, [{"Id": instances["a1"]}])
     preserve_off(serve("legacy", "legacy-ip", "ip", 9000, [{"Id": POD_PRIMARY}]))
-    preserve_off(serve("dual", "dual-ip", "ip", 9100, [{"Id": v6_pod}]))
+    preserve_off(serve("dual", "dual-ip", "ip", 9100, [{"Id": v6_pod}], "ipv6"))
     return ClustersWorld(vpc_id, vpc_ipv6, subnet_ipv6, groups, instances, lbs, v6_pod)

@@ -19,7 +19,7 @@ from live.clusters_world import (
 )
 from moto import mock_aws
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
-from sg_reconciler.core.plan import Refusal
+from sg_reconciler.core.plan import Authorize, Plan, Refusal
 from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.cli import main
 
@@ -66,8 +66,8 @@ def test_two_clusters_addressed_nlbs_and_every_kind_of_pod_address(
         *(("nodes_a", 30500, 30500, cidr) for cidr in subnets),
         # binding legacy, ip target without preservation: the NLB's subnets only
         *(("pods_b", 9000, 9000, cidr) for cidr in subnets),
-        # the dualstack NLB adds its IPv6 subnet for an IPv6 pod
-        *(("pods_b", 9100, 9100, cidr) for cidr in (*subnets, w.subnet_ipv6)),
+        # the dualstack NLB reaches an IPv6 target group's pod from its IPv6 subnet only
+        ("pods_b", 9100, 9100, w.subnet_ipv6),
     }
     assert not any(w.role(r.group_id) == "extra_b" for r in live.desired)
     # b_bad carries two groups tagged for cluster b: the LBC's error, and its ports are held
@@ -115,6 +115,13 @@ def test_bindings_that_disagree_on_one_flow_refuse_the_plan_naming_both(
     assert isinstance(live.result, Refusal)
     assert "bindings 'a' and 'a-strict'" in live.result.reason
     assert w.groups["nodes_a"] in live.result.reason
+    # A deployed run (partial) leaves that group alone, authorizes the others' rules and
+    # holds every revoke until the bindings agree
+    live = compute_live_plan(ec2, elbv2, parse_policy(text), partial=True)
+    assert isinstance(live.result, Plan)
+    assert any("bindings 'a' and 'a-strict'" in r for r in live.result.refused)
+    assert w.groups["nodes_a"] not in {s.group_id for s in live.result.steps}
+    assert all(isinstance(s, Authorize) for s in live.result.steps) and live.result.steps
 
 
 def test_plan_live_names_each_group_and_what_needs_each_rule(

@@ -271,7 +271,15 @@ def run_adopt(args: argparse.Namespace) -> int:
     if isinstance(live.result, Refusal):
         print(render_plan(live.result))
         return EXIT_REFUSED
-    state = hand_over(live.result, live.current, live.desired, policy.adopt_descriptions)
+    desired_state = live.state
+    state = hand_over(
+        live.result,
+        live.current,
+        live.desired,
+        policy.adopt_descriptions,
+        desired_state.target_ports if desired_state else {},
+        desired_state.lookup_misses if desired_state else (),
+    )
     if args.output == "json":
         print(json.dumps(handover_to_dict(state), indent=2))
     else:

@@ -94,6 +94,15 @@ def render_handover(
     lines += [line(rule) for rule in state.left_to_owner]
     if state.beyond_desired:
         lines.append(f"  only they admit (no desired rule does): {state.beyond_desired.describe()}")
+    if state.cut:
+        lines.append(
+            f"  of which registered targets are reached on (lost when they go): {state.cut.describe()}"
+        )
+    if state.unknown_targets:
+        lines.append(
+            "targets whose security group is unknown (their rules cannot be checked): "
+            + ", ".join(state.unknown_targets)
+        )
     if state.ready:
         lines.append(
             "ready: every desired rule is in place and owned; the other tool may stop "
@@ -102,7 +111,9 @@ def render_handover(
     else:
         lines.append(
             "not ready: the next run (scheduled, or any trigger) adopts and authorizes the "
-            "rules above; then run this again before the other tool stops"
+            "rules above; traffic targets still need from the other tool's own rules, or "
+            "targets of unknown group, need a policy that derives them (e.g. client_cidrs); "
+            "run this again before the other tool stops"
         )
     return "\n".join(lines)
 
@@ -115,4 +126,6 @@ def handover_to_dict(state: HandOver) -> dict[str, Any]:
         "adopted": [rule_to_dict(r) for r in state.adopted],
         "left_to_owner": [rule_to_dict(r) for r in state.left_to_owner],
         "beyond_desired": state.beyond_desired.describe(limit=20) if state.beyond_desired else "",
+        "cut": state.cut.describe(limit=20) if state.cut else "",
+        "unknown_targets": list(state.unknown_targets),
     }

@@ -41,6 +41,7 @@ from sg_reconciler.core.account import (
     TargetKind,
     tags_of,
 )
+from sg_reconciler.core.desired import ALWAYS_PRESERVED
 from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleError, ingress_rules
 from sg_reconciler.policy import Policy
@@ -159,7 +160,8 @@ class _Reader:
             for page in pages:
                 for subnet in page.get("Subnets", []):
                     v6 = _associated(subnet.get("Ipv6CidrBlockAssociationSet", []), "Ipv6")
-                    found[subnet["SubnetId"]] = (subnet["CidrBlock"], *v6)
+                    v4 = [subnet["CidrBlock"]] if subnet.get("CidrBlock") else []  # IPv6-only
+                    found[subnet["SubnetId"]] = (*v4, *v6)
         return found
 
     def vpc_cidrs(self, vpc_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
@@ -449,7 +451,12 @@ class _Reader:
             for lb in lbs
         ]
         vpcs = self.vpc_cidrs(lb.vpc_id for lb in lbs if lb.arn in by_address and lb.vpc_id)
-        tgs = [tg for tg in raw_tgs if by_address.intersection(tg.get("LoadBalancerArns", []))]
+        tgs = [
+            tg
+            for tg in raw_tgs
+            if by_address.intersection(tg.get("LoadBalancerArns", []))
+            and str(tg.get("Protocol", "")).upper() not in ALWAYS_PRESERVED  # nothing to read
+        ]
         preserved = dict(
             zip(
                 (tg["TargetGroupArn"] for tg in tgs),
@@ -521,6 +528,7 @@ class _Reader:
                     vpc_id=tg.get("VpcId", ""),
                     targets=tuple(members),
                     preserve_client_ip=preserved.get(arn),
+                    ip_address_type=tg.get("IpAddressType") or "ipv4",
                 )
             )
 

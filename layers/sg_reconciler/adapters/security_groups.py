@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.adapters.pacing import Pacer
+from sg_reconciler.core.plan import Adopt
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
     ADOPTED_DESCRIPTION_TAG_KEY,
@@ -56,8 +57,9 @@ def ip_permission(rule: Rule) -> dict[str, Any]:
     return perm
 
 
-def rule_request(rule: Rule) -> dict[str, Any]:
-    """One rule as the SecurityGroupRule of ModifySecurityGroupRules."""
+def rule_request(rule: Rule, *, described: bool = False) -> dict[str, Any]:
+    """One rule as the SecurityGroupRule of ModifySecurityGroupRules; `described` sends the
+    description even when empty (a rewrite back to no description)."""
     key = rule.key
     request: dict[str, Any] = {
         "IpProtocol": key.protocol,
@@ -71,7 +73,7 @@ def rule_request(rule: Rule) -> dict[str, Any]:
         "group": "ReferencedGroupId",
     }
     request[field[key.peer.kind]] = key.peer.value
-    if rule.description:
+    if rule.description or described:
         request["Description"] = rule.description
     return request
 
@@ -130,10 +132,12 @@ class SecurityGroupRules:
             )
         return rules
 
-    def adopt(self, group_id: str, rule_id: str, rule: Rule, owner: str, plan_id: str) -> None:
+    def adopt(self, group_id: str, step: Adopt, owner: str, plan_id: str) -> None:
         """Take over an unmanaged rule in place: the owner tag (with the execution and the
-        rule's description, for a rollback), then the desired description. Neither call
-        changes what the rule admits; a retry skips what already applied."""
+        planned description, for a rollback), then the desired description. Neither call
+        changes what the rule admits. Only the planned rule is taken: same key, and still
+        the planned description (or ours, on a retry of this execution's step)."""
+        rule_id, rule = step.rule_id, step.rule
         target = next((r for r in self.describe([group_id]) if r.rule_id == rule_id), None)
         if target is None or target.key != rule.key:
             raise RuleChanged(
@@ -143,11 +147,19 @@ class SecurityGroupRules:
         other = target.tag(OWNER_TAG_KEY)
         if other is not None and other != owner:
             raise NotOwned(f"refusing to adopt rule {target}: deployment {other!r} owns it")
-        if other is None:
+        retried = other == owner and target.tag(ADOPTED_BY_TAG_KEY) == plan_id
+        if other == owner and not retried:
+            return  # already ours (adopted earlier, or made by us): nothing to take over
+        if not retried and target.description != step.was:
+            raise RuleChanged(
+                f"{group_id}: rule {rule_id} to adopt is now described {target.description!r}, "
+                f"not {step.was!r}"
+            )
+        if not retried:
             tags = [
                 {"Key": OWNER_TAG_KEY, "Value": owner},
                 {"Key": ADOPTED_BY_TAG_KEY, "Value": plan_id},
-                {"Key": ADOPTED_DESCRIPTION_TAG_KEY, "Value": target.description},
+                {"Key": ADOPTED_DESCRIPTION_TAG_KEY, "Value": step.was},
             ]
             self._write(lambda: self.ec2.create_tags(Resources=[rule_id], Tags=tags))
         if target.description != rule.description:
@@ -160,7 +172,9 @@ class SecurityGroupRules:
             rule_id = rule.rule_id or ""
             old = rule.tag(ADOPTED_DESCRIPTION_TAG_KEY) or ""
             if rule.description != old:
-                self._rewrite(rule.group_id, rule_id, replace(rule, description=old))
+                self._rewrite(
+                    rule.group_id, rule_id, replace(rule, description=old), described=True
+                )
             keys = (OWNER_TAG_KEY, ADOPTED_BY_TAG_KEY, ADOPTED_DESCRIPTION_TAG_KEY)
             self._write(  # called at once: the loop variables cannot move under it
                 lambda: self.ec2.delete_tags(
@@ -171,13 +185,12 @@ class SecurityGroupRules:
             handed.append(rule_id)
         return sorted(handed)
 
-    def _rewrite(self, group_id: str, rule_id: str, rule: Rule) -> None:
+    def _rewrite(self, group_id: str, rule_id: str, rule: Rule, *, described: bool = False) -> None:
+        request = rule_request(rule, described=described)
         self._write(
             lambda: self.ec2.modify_security_group_rules(
                 GroupId=group_id,
-                SecurityGroupRules=[
-                    {"SecurityGroupRuleId": rule_id, "SecurityGroupRule": rule_request(rule)}
-                ],
+                SecurityGroupRules=[{"SecurityGroupRuleId": rule_id, "SecurityGroupRule": request}],
             )
         )
 

@@ -22,12 +22,11 @@ from sg_reconciler.core.brake import (
 )
 from sg_reconciler.core.desired import (
     DesiredState,
-    DesiredStateError,
     compute_desired,
     touched_groups,
 )
 from sg_reconciler.core.plan import Plan, Refusal
-from sg_reconciler.core.planner import make_plan
+from sg_reconciler.core.planner import defer_revokes, make_plan
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import Rule, rule_to_dict
 from sg_reconciler.core.scope import Scope
@@ -86,12 +85,13 @@ def plan_from_inventory(
     (another VPC) are reported and never touched (invariant 10). `released` says whether an
     operator released the brake for a set of revocations (invariant 12)."""
     quota = policy.rule_quota(inventory.account_rule_quota)
-    try:
-        state = compute_desired(inventory, policy.desired_settings())
-    except DesiredStateError as err:  # two bindings disagree: nothing is safe to change
-        return LivePlan(Refusal(f"policy: {err}"), [], [], [], notes=list(inventory.notes))
+    state = compute_desired(inventory, policy.desired_settings())
+    conflicts = [f"policy: {why}" for why in state.conflicts.values()]
+    if conflicts and not partial:
+        return LivePlan(Refusal("; ".join(conflicts)), [], [], [], notes=list(inventory.notes))
     unreached = _unreached(inventory, policy, state)
     in_play = ({r.group_id for r in state.rules} | set(inventory.owned_groups)) - set(unreached)
+    in_play -= set(state.conflicts)  # left as they are until the bindings agree
     touched = touched_groups(inventory, state, scope, policy.owner)
     groups = in_play if touched is None else in_play & touched
     desired = [r for r in state.rules if r.group_id in groups]
@@ -101,6 +101,10 @@ def plan_from_inventory(
     )
     adopt = policy.adopts if policy.adopt_descriptions else None
     result = make_plan(current, desired, policy.owner, limits, partial=partial, adopt=adopt)
+    if conflicts and isinstance(result, Plan):
+        # As for a group that cannot be planned: a rule moving out of a refused group must
+        # not go anywhere, so every revoke waits (see make_plan's `partial`).
+        result = defer_revokes(result, conflicts)
     notes = [*inventory.notes, *state.notes]
     notes += [
         f"{g} holds rules with this deployment's owner tag but the policy does not reach it "

@@ -394,7 +394,7 @@ def _apply_group(
             ids = rules.authorize(group_id, step.rules, owner, request.plan_id)
             done.append({"action": "authorize", "rule_ids": sorted(ids.values())})
         elif isinstance(step, Adopt):
-            rules.adopt(group_id, step.rule_id, step.rule, owner, request.plan_id)
+            rules.adopt(group_id, step, owner, request.plan_id)
             done.append({"action": "adopt", "rule_ids": [step.rule_id]})
         elif isinstance(step, Revoke):
             guard = _guard(group_id, set(step.rule_ids), (), desired)

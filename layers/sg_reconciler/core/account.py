@@ -74,6 +74,7 @@ class TargetGroup:
     vpc_id: str = ""
     targets: tuple[Target, ...] = ()
     preserve_client_ip: bool | None = None  # the preserve_client_ip.enabled attribute, if read
+    ip_address_type: str = "ipv4"  # or "ipv6": the family its targets are reached in
 
 
 @dataclass(frozen=True)

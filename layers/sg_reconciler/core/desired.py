@@ -7,7 +7,7 @@ destination groups must allow the traffic port and the health-check port from th
 Ports are gathered per flow (group, peer, protocol) and covered with at most `rule_budget`
 ranges by `compact`, which exposes fewer unneeded ports than the single min..max range the
 AWS Load Balancer Controller opens. Two bindings that shape one flow must agree on how
-(see the README's configuration section): otherwise the desired state is refused, naming both.
+(see the README's configuration section): otherwise that group is refused, naming both.
 
 Sources follow AWS's rules for Network Load Balancers: a load balancer with security groups
 is referenced by group; one without is admitted by address. Its own addresses (its subnets'
@@ -50,10 +50,6 @@ TRAFFIC_PROTOCOLS: Mapping[str, tuple[str, ...]] = {
 HEALTH_CHECK_PROTOCOLS: Mapping[str, str] = {"TCP": "tcp", "HTTP": "tcp", "HTTPS": "tcp"}
 
 
-class DesiredStateError(ValueError):
-    """A desired state that cannot be derived (two bindings disagree); the message is one line."""
-
-
 @dataclass(frozen=True)
 class Binding:
     """One set of load balancers and how their targets' rules are derived.
@@ -91,9 +87,10 @@ class Binding:
         return self.destination != "named_groups"
 
     @property
-    def shaping(self) -> tuple[int, bool]:
-        """What two bindings shaping one flow must agree on."""
-        return (self.rule_budget, self.include_health_checks)
+    def shaping(self) -> int:
+        """What two bindings shaping one flow must agree on: how its ports are covered (the
+        ports themselves add up, health checks included)."""
+        return self.rule_budget
 
 
 def disagreement(first: Binding, second: Binding, what: str) -> str | None:
@@ -102,8 +99,7 @@ def disagreement(first: Binding, second: Binding, what: str) -> str | None:
         return None
     return (
         f"bindings {first.name!r} and {second.name!r} both derive {what} but disagree "
-        f"(rule_budget {first.rule_budget} and {second.rule_budget}, include_health_checks "
-        f"{first.include_health_checks} and {second.include_health_checks}): make them agree"
+        f"(rule_budget {first.rule_budget} and {second.rule_budget}): make them agree"
     )
 
 
@@ -161,6 +157,11 @@ class DesiredState:
     # "static rule"), so that a plan can say why a rule exists.
     needed_by: Mapping[RuleKey, tuple[str, ...]] = field(default_factory=dict)
     lookup_misses: tuple[LookupMiss, ...] = ()
+    # Groups where two bindings disagree on how to shape a flow -> why: no rule of theirs is
+    # derived, and the planner leaves them alone (and holds every revoke) until they agree.
+    conflicts: Mapping[str, str] = field(default_factory=dict)
+    # Group -> (protocol, port) its targets are reached on (traffic and health checks).
+    target_ports: Mapping[str, frozenset[tuple[str, int]]] = field(default_factory=dict)
 
 
 def subtract_ranges(ranges: Iterable[PortRange], cover: Iterable[PortRange]) -> list[PortRange]:
@@ -184,14 +185,19 @@ def _port_ranges(ports: set[int]) -> list[PortRange]:
     return merge_ranges((p, p) for p in ports)
 
 
+ALWAYS_PRESERVED = frozenset({"UDP", "TCP_UDP"})  # AWS: client IP preservation cannot be off
+
+
 def preserves_client_ip(lb: LoadBalancer, tg: TargetGroup) -> bool:
-    """Whether targets see the client's address (AWS's defaults when the attribute is unread:
-    on for instance targets and for UDP and TCP_UDP; an ALB always proxies)."""
+    """Whether targets see the client's address: always for UDP and TCP_UDP; else the
+    attribute, or AWS's default when it is unread (on for instance targets). An ALB proxies."""
     if lb.type != "network":
         return False
+    if tg.protocol.upper() in ALWAYS_PRESERVED:
+        return True
     if tg.preserve_client_ip is not None:
         return tg.preserve_client_ip
-    return tg.target_type == "instance" or tg.protocol.upper() in ("UDP", "TCP_UDP")
+    return tg.target_type == "instance"
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,8 @@ class _Builder:
         self.links: dict[str, set[str]] = {}
         self.sources: dict[str, set[Peer]] = {}
         self.misses: list[LookupMiss] = []
+        self.conflicts: dict[str, str] = {}  # group -> why two bindings disagree there
+        self.target_ports: dict[str, set[tuple[str, int]]] = {}
         self._missing_noted: set[str] = set()
 
     def note_missing(self, group_id: str, role: str) -> None:
@@ -250,14 +258,11 @@ class _Builder:
         return [Peer("group", g) for g in candidates if self.exists(g, f"rule source of {lb.name}")]
 
     def client_peers(self, lb: LoadBalancer, binding: Binding) -> list[Peer]:
+        """Every client CIDR of both families; the caller keeps the target group's."""
         if binding.client_cidrs is not None:
             return [cidr_peer(c) for c in binding.client_cidrs]
         if lb.scheme == "internal":
-            return [
-                cidr_peer(c)
-                for c in self.inventory.vpc_cidrs.get(lb.vpc_id, ())
-                if ":" not in c or lb.ip_address_type != "ipv4"
-            ]
+            return [cidr_peer(c) for c in self.inventory.vpc_cidrs.get(lb.vpc_id, ())]
         self.notes.append(
             f"load balancer {lb.name} is internet-facing and preserves client addresses, but "
             f"binding {binding.name} declares no client_cidrs: client traffic is not admitted "
@@ -265,21 +270,29 @@ class _Builder:
         )
         return []
 
-    def peers_of(self, lb: LoadBalancer, tg: TargetGroup, binding: Binding) -> _Peers:
+    def peers_of(self, lb: LoadBalancer, tg: TargetGroup, binding: Binding) -> _Peers | None:
+        """The traffic and health-check peers of one load balancer for one target group;
+        None when they cannot be known (its subnets' CIDRs are missing).
+
+        By address, only the target group's family reaches its targets: an IPv4 target group
+        behind a dualstack NLB gets IPv6 clients from the NLB's own IPv4 address."""
         if binding.source != "load_balancer_addresses":
             peers = tuple(self.group_peers(lb, binding))
             return _Peers(peers, peers)
-        own = tuple(
-            cidr_peer(c) for c in lb.subnet_cidrs if ":" not in c or lb.ip_address_type != "ipv4"
-        )
+        family = "cidr6" if tg.ip_address_type == "ipv6" else "cidr4"
+        own = tuple(p for p in map(cidr_peer, lb.subnet_cidrs) if p.kind == family)
         if not own:
             self.notes.append(
-                f"load balancer {lb.name}: the CIDRs of its subnets are unknown, so its "
-                "health checks are not admitted"
+                f"load balancer {lb.name}: the {'IPv6 ' if family == 'cidr6' else ''}CIDRs of "
+                f"its subnets are unknown, so the ports of target group {tg.name} are held"
             )
-        if preserves_client_ip(lb, tg):
-            return _Peers(tuple(self.client_peers(lb, binding)), own)
-        return _Peers(own, own)
+            return None
+        if not preserves_client_ip(lb, tg):
+            return _Peers(own, own)
+        clients = self.client_peers(lb, binding)
+        same = tuple(p for p in clients if p.kind == family)
+        translated = len(same) < len(clients) and lb.ip_address_type != "ipv4"
+        return _Peers(same + (own if translated else ()), own)
 
     def hosts_of(self, target: Target, tg: TargetGroup, binding: Binding) -> list[str] | None:
         """The groups that receive a target's rules; None when they cannot be chosen."""
@@ -322,11 +335,19 @@ class _Builder:
         return None
 
     def miss(
-        self, tg: TargetGroup, target: Target, protocols: Iterable[str], ports: set[int]
+        self,
+        tg: TargetGroup,
+        target: Target,
+        protocols: Iterable[str],
+        port: int,
+        health: tuple[str, int],
     ) -> None:
+        """A target whose group is unknown: its traffic and health-check ports are held."""
+        by_protocol: dict[str, set[int]] = {protocol: {port} for protocol in protocols}
+        by_protocol.setdefault(health[0], set()).add(health[1])
         self.misses += [
             LookupMiss(tg.vpc_id, tg.name, target.target_id, protocol, frozenset(ports))
-            for protocol in protocols
+            for protocol, ports in sorted(by_protocol.items())
         ]
 
     def need(self, flow: Flow, port: int, why: str, binding: Binding) -> None:
@@ -334,7 +355,7 @@ class _Builder:
         host, peer, protocol = flow
         conflict = disagreement(first, binding, f"{protocol} rules in {host} from {peer}")
         if conflict:
-            raise DesiredStateError(conflict)
+            self.conflicts.setdefault(host, conflict)
         self.needed.setdefault(flow, set()).add(port)
         self.why.setdefault(flow, {}).setdefault(why, set()).add(port)
 
@@ -347,12 +368,20 @@ class _Builder:
         if traffic is None:
             self.notes.append(f"target group {tg.name}: protocol {tg.protocol} is not managed")
             return
-        by_lb = [(lb, self.peers_of(lb, tg, binding)) for lb in lbs]
-        traffic_peers = sorted({p for _, peers in by_lb for p in peers.traffic})
-        health_peers = sorted({p for _, peers in by_lb for p in peers.health})
+        by_lb = [self.peers_of(lb, tg, binding) for lb in lbs]
+        health_protocol = HEALTH_CHECK_PROTOCOLS.get(tg.health_check_protocol.upper(), "tcp")
+        if any(peers is None for peers in by_lb):  # unknown sources: nothing may go
+            for target in tg.targets:
+                port = target.port if target.port is not None else tg.port
+                if port is not None:
+                    health = int(tg.health_check_port) if tg.health_check_port.isdigit() else port
+                    self.miss(tg, target, traffic, port, (health_protocol, health))
+            return
+        known = [peers for peers in by_lb if peers is not None]
+        traffic_peers = sorted({p for peers in known for p in peers.traffic})
+        health_peers = sorted({p for peers in known for p in peers.health})
         if not traffic_peers and not health_peers:
             return
-        health_protocol = HEALTH_CHECK_PROTOCOLS.get(tg.health_check_protocol.upper(), "tcp")
         explicit_health_port = None
         if tg.health_check_port.isdigit():
             explicit_health_port = int(tg.health_check_port)
@@ -373,7 +402,7 @@ class _Builder:
             hosts = self.hosts_of(target, tg, binding)
             unknown = tg.target_type == "ip" and not target.group_ids and binding.needs_interfaces
             if hosts is None or unknown:
-                self.miss(tg, target, traffic, {port, health_port})
+                self.miss(tg, target, traffic, port, (health_protocol, health_port))
             if not hosts:
                 unplaced += 1
                 continue
@@ -382,6 +411,10 @@ class _Builder:
             if check_health:
                 wants.append((health_protocol, health_port, health_peers))
             for host in hosts:
+                ports = self.target_ports.setdefault(host, set())
+                ports.update((protocol, port) for protocol in traffic)
+                if tg.health_check_enabled:
+                    ports.add((health_protocol, health_port))
                 for protocol, wanted, peers in wants:
                     for peer in peers:
                         self.need((host, peer, protocol), wanted, why, binding)
@@ -426,6 +459,8 @@ class _Builder:
         per_group: dict[str, list[int]] = {}
         for flow in sorted(self.needed):
             host, peer, protocol = flow
+            if host in self.conflicts:
+                continue  # refused: its rules stay as they are
             needed = subtract_ranges(_port_ranges(self.needed[flow]), static_cover.get(flow, ()))
             if not needed:
                 continue
@@ -461,6 +496,8 @@ class _Builder:
             sources={k: frozenset(v) for k, v in self.sources.items()},
             needed_by={k: tuple(sorted(v)) for k, v in needed_by.items()},
             lookup_misses=tuple(dict.fromkeys(self.misses)),
+            conflicts=dict(sorted(self.conflicts.items())),
+            target_ports={g: frozenset(p) for g, p in sorted(self.target_ports.items())},
         )
 
 

@@ -45,6 +45,7 @@ class Adopt:
     group_id: str
     rule_id: str
     rule: Rule  # the desired rule: the adopted rule's key, the reconciler's description
+    was: str  # the description it had when planned: only that rule is taken over
 
 
 Step = Authorize | Revoke | Modify | Adopt
@@ -98,12 +99,15 @@ def step_to_dict(step: Step) -> dict[str, Any]:
         return {"action": "authorize", "group_id": step.group_id, "rules": rules}
     if isinstance(step, Revoke):
         return {"action": "revoke", "group_id": step.group_id, "rule_ids": list(step.rule_ids)}
-    return {
+    doc = {
         "action": "adopt" if isinstance(step, Adopt) else "modify",
         "group_id": step.group_id,
         "rule_id": step.rule_id,
         "rule": rule_to_dict(step.rule, with_identity=False),
     }
+    if isinstance(step, Adopt):
+        doc["previous_description"] = step.was
+    return doc
 
 
 def _string(doc: Mapping[str, Any], name: str) -> str:
@@ -135,8 +139,12 @@ def step_from_dict(doc: object) -> Step:
         rule = rule_from_dict(doc.get("rule"))
         if rule.group_id != group_id:
             raise RuleError(f"a {action} step for {group_id} carries a rule of another group")
-        kind = Modify if action == "modify" else Adopt
-        return kind(group_id, _string(doc, "rule_id"), rule)
+        if action == "modify":
+            return Modify(group_id, _string(doc, "rule_id"), rule)
+        was = doc.get("previous_description")
+        if not isinstance(was, str):
+            raise RuleError("an adopt step needs the rule's previous_description")
+        return Adopt(group_id, _string(doc, "rule_id"), rule, was)
     raise RuleError(f"unknown step action {action!r}")
 
 

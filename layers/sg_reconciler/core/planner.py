@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from sg_reconciler.core.phases import split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Refusal, Revoke, Step
 from sg_reconciler.core.quota import Limits, Usage, add, sub
 from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, RuleError, RuleKey
@@ -323,7 +324,7 @@ def make_plan(
         gid, limit = diff.group_id, limits(diff.group_id)
         for want, have in diff.satisfied:
             if adopt is not None and adopt(have):
-                first.append(Adopt(gid, _rule_id(have), want))
+                first.append(Adopt(gid, _rule_id(have), want, have.description))
                 continue
             notes.append(
                 f"{gid}: desired {want.key} is already allowed by unmanaged rule {have.rule_id}; left as is"
@@ -395,3 +396,11 @@ def make_plan(
     if violations:  # a planner bug: never emit a plan that fails the checker
         return Refusal("internal safety check failed: " + "; ".join(str(v) for v in violations[:3]))
     return plan
+
+
+def defer_revokes(plan: Plan, reasons: Sequence[str]) -> Plan:
+    """The plan of a partial reconcile whose other groups wait for `reasons`: what adds or
+    adopts rules goes ahead, nothing is revoked or rewritten anywhere."""
+    kept = tuple(s for _, steps in split_phases(plan.steps).authorize for s in steps)
+    note = "revokes deferred in every group until the groups refused can be planned"
+    return Plan(kept, (*plan.notes, note), (*plan.refused, *reasons), plan.held)

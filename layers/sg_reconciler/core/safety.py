@@ -188,8 +188,8 @@ def check_plan(
                 bad("call shape", f"rule {step.rule_id} does not exist in the group")
             elif target.owned_by(owner):
                 bad("call shape", f"adopts rule {target}, which is already owned")
-            elif target.key != step.rule.key:
-                bad("call shape", f"adopts rule {target} as {step.rule.key}: another rule")
+            elif target.key != step.rule.key or target.description != step.was:
+                bad("call shape", f"adopts rule {target} as {step.rule.key} ({step.was!r})")
             else:
                 rules[step.rule_id] = replace(step.rule, rule_id=step.rule_id, tags=owner_tags)
         elif isinstance(step, Modify):
