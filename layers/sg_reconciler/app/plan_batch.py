@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
+from sg_reconciler.core.ports import ExecutionStarter
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
 
@@ -51,7 +51,7 @@ def execution_name(plan: Plan, now: float) -> str:
 def plan_batch(
     records: Sequence[tuple[str, Parsed]],
     replan: Callable[[Scope], LivePlan],
-    start: Callable[[str, dict[str, Any]], bool],
+    start: ExecutionStarter,
     now: float,
     save_groups: Callable[[str, Sequence[str]], int],
 ) -> BatchResult:

@@ -1,7 +1,7 @@
 """The logic of the state machine's Lambda steps, one function per step.
 
-Each function takes the step's input (validated by a pydantic model) and the adapters it
-needs, and returns the JSON the state machine stores. Errors are the typed errors of
+Each function takes the step's input (validated by a pydantic model) and the ports it needs
+(`sg_reconciler.core.ports`: the adapters in Lambda, in-memory fakes in tests), and returns the JSON the state machine stores. Errors are the typed errors of
 sg_reconciler.errors, so Retry and Catch in the ASL match them by name.
 """
 
@@ -14,9 +14,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sg_reconciler.adapters.locks import GroupLocks
-from sg_reconciler.adapters.plan_store import PlanStore
-from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
@@ -41,6 +38,7 @@ from sg_reconciler.core.plan import (
     plan_from_dict,
     step_from_dict,
 )
+from sg_reconciler.core.ports import Guard, LockStore, PlanStorage, RuleStore
 from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import (
@@ -151,7 +149,7 @@ def parse(model: type[_Input], event: object) -> Any:
         raise InvalidPlan(f"{where}: {first['msg']}") from None
 
 
-def check_plan(event: object, store: PlanStore) -> dict[str, Any]:
+def check_plan(event: object, store: PlanStorage) -> dict[str, Any]:
     """'Check the plan input': a valid plan, before any lock or write.
 
     The plan id that tags new rules (and finds them for a rollback) is the execution's name,
@@ -181,18 +179,18 @@ def check_plan(event: object, store: PlanStore) -> dict[str, Any]:
     return {"plan_id": request.execution, "groups_key": request.execution, "groups": count}
 
 
-def _groups(request: GroupsInput, store: PlanStore) -> list[str]:
+def _groups(request: GroupsInput, store: PlanStorage) -> list[str]:
     return store.groups(request.groups_key, request.groups)
 
 
 def acquire_locks(
-    event: object, store: PlanStore, locks: GroupLocks, lease_seconds: int
+    event: object, store: PlanStorage, locks: LockStore, lease_seconds: int
 ) -> dict[str, Any]:
     request = parse(LockInput, event)
     return {"held": len(locks.acquire(_groups(request, store), request.holder, lease_seconds))}
 
 
-def release_locks(event: object, store: PlanStore, locks: GroupLocks) -> dict[str, Any]:
+def release_locks(event: object, store: PlanStorage, locks: LockStore) -> dict[str, Any]:
     request = parse(LockInput, event)
     return {"released": len(locks.release(_groups(request, store), request.holder))}
 
@@ -212,7 +210,7 @@ class StatusChangeEvent(_Input):
 STOPPED = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
 
 
-def release_after_stop(event: object, locks: GroupLocks, state_machine_arn: str) -> dict[str, Any]:
+def release_after_stop(event: object, locks: LockStore, state_machine_arn: str) -> dict[str, Any]:
     """Release the locks an execution still holds once it ended without its last state (a
     stop by hand, a timeout, a failure past every Catch), instead of waiting out the lease
     (invariant 13). Idempotent: only this execution's locks, each deleted on that condition."""
@@ -224,7 +222,7 @@ def release_after_stop(event: object, locks: GroupLocks, state_machine_arn: str)
 
 def refresh_plan(
     event: object,
-    store: PlanStore,
+    store: PlanStorage,
     replan: Callable[[Scope], LivePlan],
     settle_seconds: int,
     owner: str,
@@ -255,7 +253,7 @@ def refresh_plan(
     }
 
 
-def stored_phases(store: PlanStore, plan_id: str) -> tuple[Phases, dict[str, Any]]:
+def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, Any]]:
     """The phases the refresh stored, parsed, and their raw items (with desired rules)."""
     doc = {phase: store.phase(plan_id, phase) for phase in PHASE_NAMES}
     try:
@@ -265,7 +263,7 @@ def stored_phases(store: PlanStore, plan_id: str) -> tuple[Phases, dict[str, Any
 
 
 def replan_revokes(
-    event: object, store: PlanStore, replan: Callable[[Scope], LivePlan], pacing: Pacing
+    event: object, store: PlanStorage, replan: Callable[[Scope], LivePlan], pacing: Pacing
 ) -> dict[str, Any]:
     """'Re-plan the revokes after the settle' (invariant 11): the desired state read again,
     under the locks, after the wait. Only rules stale in both plans are revoked, each guarded
@@ -350,9 +348,9 @@ def summarize(plan: Plan) -> dict[str, Any]:
 
 def apply_steps(
     event: object,
-    store: PlanStore,
-    rules: SecurityGroupRules,
-    locks: GroupLocks,
+    store: PlanStorage,
+    rules: RuleStore,
+    locks: LockStore,
     lease_seconds: int,
 ) -> dict[str, Any]:
     """One batch of groups, each group's calls in order. Each call is idempotent, so a retry
@@ -374,8 +372,8 @@ def apply_steps(
 def _apply_group(
     item: ApplyItem,
     request: ApplyInput,
-    rules: SecurityGroupRules,
-    locks: GroupLocks,
+    rules: RuleStore,
+    locks: LockStore,
     lease_seconds: int,
 ) -> list[dict[str, Any]]:
     group_id = item.group_id
@@ -425,9 +423,7 @@ def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
         raise InvalidPlan(f"desired rules of {item.group_id}: {err}") from None
 
 
-def _guard(
-    group_id: str, removed: set[str], added: tuple[Rule, ...], desired: list[Rule]
-) -> Callable[[list[Rule]], None]:
+def _guard(group_id: str, removed: set[str], added: tuple[Rule, ...], desired: list[Rule]) -> Guard:
     def check(live: list[Rule]) -> None:
         problems = call_would_lose(live, removed, added, desired)
         if problems:
@@ -439,7 +435,7 @@ def _guard(
     return check
 
 
-def verify(event: object, store: PlanStore, rules: SecurityGroupRules) -> dict[str, Any]:
+def verify(event: object, store: PlanStorage, rules: RuleStore) -> dict[str, Any]:
     """'Verify ...' and 'Report the leftover rules': compare the stored phases with what
     describe shows, for the groups the phases change.
 
@@ -495,9 +491,9 @@ def _lacking(phases_doc: dict[str, Any], now: list[Rule]) -> list[str]:
 
 def roll_back(
     event: object,
-    store: PlanStore,
-    rules: SecurityGroupRules,
-    locks: GroupLocks,
+    store: PlanStorage,
+    rules: RuleStore,
+    locks: LockStore,
     lease_seconds: int,
 ) -> dict[str, Any]:
     """Compensation: revoke exactly the rules this execution created, found by their tags.
