@@ -51,6 +51,7 @@ from sg_reconciler.errors import (
     ReconcilerError,
     RevokeFailed,
     WouldLoseTraffic,
+    validation_message,
 )
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
@@ -144,9 +145,7 @@ def parse(model: type[_Input], event: object) -> Any:
     try:
         return model.model_validate(event)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "input"
-        raise InvalidPlan(f"{where}: {first['msg']}") from None
+        raise InvalidPlan(validation_message(err, root="input")) from None
 
 
 def check_plan(event: object, store: PlanStorage) -> dict[str, Any]:
