@@ -12,8 +12,33 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from sg_reconciler.app.contracts import (
+    ApplyInput,
+    ApplyItem,
+    ApplyOutput,
+    BatchRefs,
+    CheckOutput,
+    CheckRequest,
+    GroupsInput,
+    Input,
+    JanitorOutput,
+    LeftoversOutput,
+    LockInput,
+    LocksOutput,
+    PacingOutput,
+    RefreshInput,
+    RefreshOutput,
+    ReleaseOutput,
+    RevokesOutput,
+    RollbackInput,
+    RollbackOutput,
+    StatusChangeEvent,
+    Summary,
+    VerifyInput,
+    VerifyOutput,
+)
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
@@ -57,73 +82,6 @@ from sg_reconciler.errors import (
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
 
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class PlanRef(_Input):
-    """A plan the planner stored: its groups are in the plan store under `groups_key`."""
-
-    groups_key: str = Field(pattern=r"^[A-Za-z0-9_-]{1,80}$")
-    groups: int = Field(ge=1)
-
-
-class CheckInput(_Input):
-    """The execution input: a stored plan's reference (the planner), or a plan inline (by hand)."""
-
-    plan: dict[str, Any] | None = None
-    plan_ref: PlanRef | None = None
-
-
-class CheckRequest(_Input):
-    input: CheckInput
-    execution: str = Field(min_length=1)
-
-
-class GroupsInput(_Input):
-    """The execution's groups, by reference: the state carries their count only."""
-
-    groups_key: str = Field(min_length=1)
-    groups: int = Field(ge=1)
-
-
-class LockInput(GroupsInput):
-    holder: str = Field(min_length=1)
-
-
-class RefreshInput(GroupsInput):
-    plan_id: str
-
-
-class ApplyItem(_Input):
-    group_id: str
-    steps: list[dict[str, Any]] = Field(min_length=1)
-    desired: list[dict[str, Any]] | None = None  # the group's desired rules, for the guard
-
-
-class ApplyInput(_Input):
-    phase: str = Field(pattern="^(authorize|ordered|revoke)$")
-    batch: int = Field(ge=0)
-    batches: int = Field(1, ge=1)  # in the phase: how many items share the rate
-    plan_id: str
-    holder: str
-    owner: str = Field(min_length=1)
-
-
-class VerifyInput(_Input):
-    mode: str = Field(pattern="^(visible|final|leftovers)$")
-    plan_id: str
-    results: list[dict[str, Any]] = Field(default_factory=list)
-    error: dict[str, Any] | None = None
-
-
-class RollbackInput(GroupsInput):
-    plan_id: str
-    owner: str = Field(min_length=1)
-    holder: str = Field(min_length=1)
-    error: dict[str, Any] | None = None
-
-
 def failure_text(error: dict[str, Any] | None) -> str:
     """'Error: message' from a Catch's error object, whose Cause is the Lambda's error JSON."""
     if not error:
@@ -140,7 +98,7 @@ def failure_text(error: dict[str, Any] | None) -> str:
     )
 
 
-def parse(model: type[_Input], event: object) -> Any:
+def parse(model: type[Input], event: object) -> Any:
     """Validate a step's input; a bad one is an InvalidPlan that names the field."""
     try:
         return model.model_validate(event)
@@ -165,7 +123,9 @@ def check_plan(event: object, store: PlanStorage) -> dict[str, Any]:
     if given.plan_ref is not None:
         ref = given.plan_ref
         store.groups(ref.groups_key, ref.groups)  # it must be there, whole
-        return {"plan_id": request.execution, "groups_key": ref.groups_key, "groups": ref.groups}
+        return CheckOutput(
+            plan_id=request.execution, groups_key=ref.groups_key, groups=ref.groups
+        ).model_dump()
     if given.plan is None:
         raise InvalidPlan("input: give plan_ref (from the planner) or plan (inline)")
     try:
@@ -175,7 +135,9 @@ def check_plan(event: object, store: PlanStorage) -> dict[str, Any]:
     if not plan.steps:
         raise InvalidPlan("the plan has no steps")
     count = store.put_groups(request.execution, plan.groups)
-    return {"plan_id": request.execution, "groups_key": request.execution, "groups": count}
+    return CheckOutput(
+        plan_id=request.execution, groups_key=request.execution, groups=count
+    ).model_dump()
 
 
 def _groups(request: GroupsInput, store: PlanStorage) -> list[str]:
@@ -186,24 +148,14 @@ def acquire_locks(
     event: object, store: PlanStorage, locks: LockStore, lease_seconds: int
 ) -> dict[str, Any]:
     request = parse(LockInput, event)
-    return {"held": len(locks.acquire(_groups(request, store), request.holder, lease_seconds))}
+    held = locks.acquire(_groups(request, store), request.holder, lease_seconds)
+    return LocksOutput(held=len(held)).model_dump()
 
 
 def release_locks(event: object, store: PlanStorage, locks: LockStore) -> dict[str, Any]:
     request = parse(LockInput, event)
-    return {"released": len(locks.release(_groups(request, store), request.holder))}
-
-
-class StatusChange(_Input):
-    """The part of a Step Functions "Execution Status Change" event this needs."""
-
-    name: str = Field(min_length=1)
-    status: str
-    stateMachineArn: str
-
-
-class StatusChangeEvent(_Input):
-    detail: StatusChange
+    released = locks.release(_groups(request, store), request.holder)
+    return ReleaseOutput(released=len(released)).model_dump()
 
 
 STOPPED = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
@@ -215,8 +167,11 @@ def release_after_stop(event: object, locks: LockStore, state_machine_arn: str) 
     (invariant 13). Idempotent: only this execution's locks, each deleted on that condition."""
     detail = parse(StatusChangeEvent, event).detail
     if detail.status not in STOPPED or detail.stateMachineArn != state_machine_arn:
-        return {"released": 0, "ignored": f"{detail.status} of {detail.stateMachineArn}"}
-    return {"released": len(locks.release_held_by(detail.name)), "execution": detail.name}
+        return JanitorOutput(
+            released=0, ignored=f"{detail.status} of {detail.stateMachineArn}"
+        ).to_dict()
+    released = locks.release_held_by(detail.name)
+    return JanitorOutput(released=len(released), execution=detail.name).to_dict()
 
 
 def refresh_plan(
@@ -238,18 +193,18 @@ def refresh_plan(
     batches = phase_batches(doc, pacing.concurrency)
     for phase in PHASE_NAMES:
         store.put_phase(request.plan_id, phase, batches[phase])
-    return {
-        "changed": bool(result.steps),
+    refs = batch_refs(batches)
+    return RefreshOutput(
+        changed=bool(result.steps),
         # The revoke batches are numbered by "Re-plan the revokes after the settle".
-        "batches": {k: v for k, v in batch_refs(batches).items() if k != "revoke"},
-        "settle_seconds": settle_seconds,
-        "owner": owner,
-        "pacing": {
-            "concurrency": pacing.concurrency,
-            "writes_per_second": pacing.writes_per_second,
-        },
-        "summary": summarize(result),
-    }
+        batches=BatchRefs(authorize=refs["authorize"], ordered=refs["ordered"]),
+        settle_seconds=settle_seconds,
+        owner=owner,
+        pacing=PacingOutput(
+            concurrency=pacing.concurrency, writes_per_second=pacing.writes_per_second
+        ),
+        summary=summarize(result),
+    ).model_dump()
 
 
 def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, Any]]:
@@ -299,7 +254,7 @@ def replan_revokes(
     doc = Phases((), (), tuple(revoke)).to_dict(_by_group(live.desired))
     batches = phase_batches(doc, pacing.concurrency)["revoke"]
     store.put_phase(request.plan_id, "revoke", batches)
-    return {"revoke": list(range(len(batches))), "deferred": deferred}
+    return RevokesOutput(revoke=list(range(len(batches))), deferred=deferred).model_dump()
 
 
 def _locked_plan(live: LivePlan, groups: list[str]) -> Plan:
@@ -324,7 +279,7 @@ def _by_group(rules: list[Rule]) -> dict[str, list[Rule]]:
 MAX_NOTES = 10
 
 
-def summarize(plan: Plan) -> dict[str, Any]:
+def summarize(plan: Plan) -> Summary:
     """The execution's output: what changed, in numbers and the first notes (the planner's
     log has them all), so that its size does not grow with the plan."""
 
@@ -332,17 +287,17 @@ def summarize(plan: Plan) -> dict[str, Any]:
         more = len(lines) - MAX_NOTES
         return [*lines[:MAX_NOTES], *([f"... and {more} more"] if more > 0 else [])]
 
-    return {
-        "groups": len(plan.groups),
-        "rules_authorized": sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize)),
-        "rules_revoked": sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke)),
-        "rules_modified": sum(1 for s in plan.steps if isinstance(s, Modify)),
-        "rules_adopted": sum(1 for s in plan.steps if isinstance(s, Adopt)),
-        "calls": len(plan.steps),
-        "notes": first(plan.notes),
-        "refused": first(plan.refused),
-        "held": plan.held,
-    }
+    return Summary(
+        groups=len(plan.groups),
+        rules_authorized=sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize)),
+        rules_revoked=sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke)),
+        rules_modified=sum(1 for s in plan.steps if isinstance(s, Modify)),
+        rules_adopted=sum(1 for s in plan.steps if isinstance(s, Adopt)),
+        calls=len(plan.steps),
+        notes=first(plan.notes),
+        refused=first(plan.refused),
+        held=plan.held,
+    )
 
 
 def apply_steps(
@@ -365,7 +320,7 @@ def apply_steps(
             calls += len(_apply_group(item, request, rules, locks, lease_seconds))
         except ReconcilerError as err:
             raise type(err)(f"{item.group_id}: {err}") from None
-    return {"groups": len(items), "calls": calls}
+    return ApplyOutput(groups=len(items), calls=calls).model_dump()
 
 
 def _apply_group(
@@ -463,11 +418,13 @@ def verify(event: object, store: PlanStorage, rules: RuleStore) -> dict[str, Any
             f"{len(leftovers)} stale rule(s) left {', '.join(leftovers)}".rstrip()
             + "; the next run takes over"
         )
-        return {"leftover_rule_ids": leftovers, "lacking": lacking, "cause": cause}
+        return LeftoversOutput(
+            leftover_rule_ids=leftovers, lacking=lacking, cause=cause
+        ).model_dump()
     problems = applied_problems(phases, now, final=request.mode == "final")
     if problems:
         raise NotYetVisible("; ".join(problems[:5]))
-    return {"mode": request.mode, "checked_rules": len(now)}
+    return VerifyOutput(mode=request.mode, checked_rules=len(now)).model_dump()
 
 
 def _lacking(phases_doc: dict[str, Any], now: list[Rule]) -> list[str]:
@@ -533,8 +490,6 @@ def roll_back(
         f"{failure_text(request.error)} before any revoke; revoked the {len(revoked)} rule(s) "
         f"this execution had added{adopted}, the groups are as before"
     )
-    return {
-        "revoked_rule_ids": sorted(revoked),
-        "handed_back_rule_ids": handed_back,
-        "cause": cause,
-    }
+    return RollbackOutput(
+        revoked_rule_ids=sorted(revoked), handed_back_rule_ids=handed_back, cause=cause
+    ).model_dump()
