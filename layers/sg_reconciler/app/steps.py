@@ -1,8 +1,10 @@
 """The logic of the state machine's Lambda steps, one function per step.
 
-Each function takes the step's input (validated by a pydantic model) and the ports it needs
-(`sg_reconciler.core.ports`: the adapters in Lambda, in-memory fakes in tests), and returns the JSON the state machine stores. Errors are the typed errors of
-sg_reconciler.errors, so Retry and Catch in the ASL match them by name.
+Each function takes the step's input (validated by a pydantic model of app/contracts.py)
+and the ports it needs (`sg_reconciler.core.ports`: the adapters in Lambda, in-memory fakes
+in tests), and returns the JSON the state machine stores (its output model, dumped). Errors
+are the typed errors of sg_reconciler.errors, so Retry and Catch in the ASL match them by
+name.
 """
 
 from __future__ import annotations
