@@ -21,10 +21,12 @@ lint: setup
 	$(BIN)/statelint statemachine/*.asl.json
 
 typecheck: setup
-	$(BIN)/mypy layers tools functions benchmarks
+	$(BIN)/mypy layers tools functions benchmarks tests/fakes.py
 
-# The edit-test loop: the pure core and the fake- or moto-backed adapters, no local runtime.
-UNIT_TESTS := tests/core tests/trigger tests/fuzz tests/adapters tests/planner/test_planning_service.py
+# The edit-test loop (under 30 s): the pure core and triggers, and the use cases on the
+# in-memory fakes of tests/fakes.py. No moto: the adapters on moto, the real ASL on the local
+# runtime, the fuzzer and the evidence run in `make suite`.
+UNIT_TESTS := tests/core tests/trigger tests/app --ignore=tests/trigger/test_trigger_event_pattern.py
 
 unit: setup
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q $(UNIT_TESTS)

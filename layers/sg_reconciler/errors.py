@@ -7,6 +7,11 @@ matching message text.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class ReconcilerError(Exception):
     """Base class; the message is the cause shown in the console, `code` the AWS error code if any."""
@@ -137,3 +142,26 @@ def from_aws_code(code: str, message: str, status: int | None = None) -> Reconci
 class WouldLoseTraffic(ReconcilerError):
     """The live guard refused a revoke or modify: what stays would not allow what the desired
     state needs (someone changed the group after the plan was made). No call was made."""
+
+
+MAX_VALIDATION_ERRORS = 10
+
+
+def validation_message(
+    err: ValidationError, root: str = "", limit: int = MAX_VALIDATION_ERRORS
+) -> str:
+    """A pydantic ValidationError in one line: `where: what` per error (`root` names the
+    whole document), `; `-separated, the first `limit` and how many more. The one formatter
+    of the boundary's models (step inputs, settings, the policy, trigger events); the input
+    values pydantic can attach are left out."""
+    errors = err.errors(include_url=False, include_input=False, include_context=False)
+    parts = []
+    for item in errors[:limit]:
+        where = ".".join(str(p) for p in item["loc"]) or root
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (not permitted)"
+        else:
+            message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        parts.append(f"{where}: {message}" if where else message)
+    more = f" (+{len(errors) - limit} more)" if len(errors) > limit else ""
+    return ("; ".join(parts) or "invalid").replace("\n", " ") + more

@@ -29,6 +29,7 @@ from sg_reconciler.core.rules import (
     RuleError,
     rule_from_dict,
 )
+from sg_reconciler.errors import validation_message as _one_line
 
 GROUP_ID_PATTERN = r"^sg-[0-9a-f]{8,17}$"
 # Tag values and EC2 rule descriptions both accept these characters.
@@ -470,18 +471,6 @@ def _check_bindings(bindings: list[Binding]) -> None:
             )
             if conflict:
                 raise ValueError(conflict)
-
-
-def _one_line(err: ValidationError) -> str:
-    parts = []
-    for item in err.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        if item["type"] == "extra_forbidden":
-            message = "unknown field (not permitted)"
-        else:
-            message = item["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts).replace("\n", " ")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sg_reconciler.core.pacing import DEFAULT_WRITES_PER_SECOND
 from sg_reconciler.core.rules import DEFAULT_OWNER
-from sg_reconciler.errors import BadConfiguration
+from sg_reconciler.errors import BadConfiguration, validation_message
 
 
 class _FromEnvironment(BaseModel):
@@ -68,6 +68,4 @@ def load_settings(model: type[Settings]) -> Settings:
     try:
         return model.model_validate(dict(os.environ))
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise BadConfiguration(f"environment variable {where}: {first['msg']}") from None
+        raise BadConfiguration(f"environment variable {validation_message(err)}") from None

@@ -1,5 +1,8 @@
 """Adapters built from a function's settings: what handlers pass to the use cases. The one
-place the Lambdas' AWS clients are built."""
+place the Lambdas' AWS clients are built.
+
+The use cases type against the ports of `sg_reconciler.core.ports`; `_adapters_fit_ports`
+below has mypy check that each adapter satisfies its port."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from sg_reconciler.adapters import pacing
 from sg_reconciler.adapters.aws import client
 from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
 from sg_reconciler.adapters.executions import start_execution
+from sg_reconciler.adapters.inventory import read_inventory
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.adapters.plan_store import PlanStore
@@ -17,6 +21,14 @@ from sg_reconciler.adapters.policy_store import load_policy_from_ssm
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.pacing import pacing_for
+from sg_reconciler.core.ports import (
+    ExecutionStarter,
+    InventoryReader,
+    LockStore,
+    PlanStorage,
+    RuleStore,
+    WritePacer,
+)
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
 
@@ -34,9 +46,7 @@ def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
     return GroupLocks(client("dynamodb"), config.lock_table)
 
 
-def execution_starter(
-    config: PlannerSettings, attempts: int = 1
-) -> Callable[[str, dict[str, Any]], bool]:
+def execution_starter(config: PlannerSettings, attempts: int = 1) -> ExecutionStarter:
     """Start an execution of the deployment's state machine; False when the name is taken."""
 
     def start(name: str, payload: dict[str, Any]) -> bool:
@@ -82,3 +92,12 @@ def live_planner(
         return live
 
     return replan, policy.settle_seconds
+
+
+def _adapters_fit_ports(
+    rules: SecurityGroupRules, locks: GroupLocks, plans: PlanStore, pacer: Pacer
+) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer]:
+    """Never called: mypy checks that each adapter satisfies its port (a method renamed or a
+    signature changed on one side fails `make typecheck`). `execution_starter` is checked by
+    its return type."""
+    return rules, locks, plans, read_inventory, pacer

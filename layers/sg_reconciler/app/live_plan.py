@@ -27,6 +27,7 @@ from sg_reconciler.core.desired import (
 )
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import defer_revokes, make_plan
+from sg_reconciler.core.ports import InventoryReader
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import Rule, rule_to_dict
 from sg_reconciler.core.scope import Scope
@@ -191,10 +192,11 @@ def compute_live_plan(
     partial: bool = False,
     quotas: Any = None,
     released: Released | None = None,
+    read: InventoryReader = read_inventory,
 ) -> LivePlan:
     """Read, derive and plan; `scope` None or full plans every group the policy covers.
 
     `quotas` (a Service Quotas client) reads the account's rule quota; without it the AWS
-    default applies unless the policy sets one."""
-    inventory = read_inventory(ec2, elbv2, policy, quotas)
+    default applies unless the policy sets one. `read` reads the account (a fake in tests)."""
+    inventory = read(ec2, elbv2, policy, quotas)
     return plan_from_inventory(inventory, policy, scope, partial=partial, released=released)

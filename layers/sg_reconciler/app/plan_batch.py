@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from sg_reconciler.app.contracts import ExecutionInput, PlanRef, Trigger
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
+from sg_reconciler.core.ports import ExecutionStarter
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
 
@@ -51,7 +52,7 @@ def execution_name(plan: Plan, now: float) -> str:
 def plan_batch(
     records: Sequence[tuple[str, Parsed]],
     replan: Callable[[Scope], LivePlan],
-    start: Callable[[str, dict[str, Any]], bool],
+    start: ExecutionStarter,
     now: float,
     save_groups: Callable[[str, Sequence[str]], int],
 ) -> BatchResult:
@@ -86,19 +87,20 @@ def plan_batch(
             return result
         name = execution_name(plan, now)
         key = plan.plan_id()
-        payload = {
-            "plan_id": name,
-            "plan_ref": {
-                "groups_key": key,
-                "groups": save_groups(key, plan.groups),
-                "calls": len(plan.steps),
-                "rules_to_add": result.rules_to_add,
-                "rules_to_remove": result.rules_to_remove,
-            },
-            "trigger": {"event_ids": sorted({p.event_id for _, p in relevant})[:50]},
-        }
+        execution_input = ExecutionInput(
+            plan_id=name,
+            plan_ref=PlanRef(
+                groups_key=key,
+                groups=save_groups(key, plan.groups),
+                calls=len(plan.steps),
+                rules_to_add=result.rules_to_add,
+                rules_to_remove=result.rules_to_remove,
+            ),
+            trigger=Trigger(event_ids=sorted({p.event_id for _, p in relevant})[:50]),
+        )
         result.execution_name = name
-        result.outcome = "started" if start(name, payload) else "duplicate"
+        started = start(name, execution_input.model_dump(exclude_none=True))
+        result.outcome = "started" if started else "duplicate"
     except Exception as err:  # any failure: SQS redelivers the relevant records
         result.outcome, result.reason = "failed", f"{type(err).__name__}: {err}"
         result.failed_message_ids = [mid for mid, _ in relevant]

@@ -1,8 +1,10 @@
 """The logic of the state machine's Lambda steps, one function per step.
 
-Each function takes the step's input (validated by a pydantic model) and the adapters it
-needs, and returns the JSON the state machine stores. Errors are the typed errors of
-sg_reconciler.errors, so Retry and Catch in the ASL match them by name.
+Each function takes the step's input (validated by a pydantic model of app/contracts.py)
+and the ports it needs (`sg_reconciler.core.ports`: the adapters in Lambda, in-memory fakes
+in tests), and returns the JSON the state machine stores (its output model, dumped). Errors
+are the typed errors of sg_reconciler.errors, so Retry and Catch in the ASL match them by
+name.
 """
 
 from __future__ import annotations
@@ -12,11 +14,33 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from sg_reconciler.adapters.locks import GroupLocks
-from sg_reconciler.adapters.plan_store import PlanStore
-from sg_reconciler.adapters.security_groups import SecurityGroupRules
+from sg_reconciler.app.contracts import (
+    ApplyInput,
+    ApplyItem,
+    ApplyOutput,
+    BatchRefs,
+    CheckOutput,
+    CheckRequest,
+    GroupsInput,
+    Input,
+    JanitorOutput,
+    LeftoversOutput,
+    LockInput,
+    LocksOutput,
+    PacingOutput,
+    RefreshInput,
+    RefreshOutput,
+    ReleaseOutput,
+    RevokesOutput,
+    RollbackInput,
+    RollbackOutput,
+    StatusChangeEvent,
+    Summary,
+    VerifyInput,
+    VerifyOutput,
+)
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
@@ -41,6 +65,7 @@ from sg_reconciler.core.plan import (
     plan_from_dict,
     step_from_dict,
 )
+from sg_reconciler.core.ports import Guard, LockStore, PlanStorage, RuleStore
 from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import (
@@ -53,76 +78,10 @@ from sg_reconciler.errors import (
     ReconcilerError,
     RevokeFailed,
     WouldLoseTraffic,
+    validation_message,
 )
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
-
-
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class PlanRef(_Input):
-    """A plan the planner stored: its groups are in the plan store under `groups_key`."""
-
-    groups_key: str = Field(pattern=r"^[A-Za-z0-9_-]{1,80}$")
-    groups: int = Field(ge=1)
-
-
-class CheckInput(_Input):
-    """The execution input: a stored plan's reference (the planner), or a plan inline (by hand)."""
-
-    plan: dict[str, Any] | None = None
-    plan_ref: PlanRef | None = None
-
-
-class CheckRequest(_Input):
-    input: CheckInput
-    execution: str = Field(min_length=1)
-
-
-class GroupsInput(_Input):
-    """The execution's groups, by reference: the state carries their count only."""
-
-    groups_key: str = Field(min_length=1)
-    groups: int = Field(ge=1)
-
-
-class LockInput(GroupsInput):
-    holder: str = Field(min_length=1)
-
-
-class RefreshInput(GroupsInput):
-    plan_id: str
-
-
-class ApplyItem(_Input):
-    group_id: str
-    steps: list[dict[str, Any]] = Field(min_length=1)
-    desired: list[dict[str, Any]] | None = None  # the group's desired rules, for the guard
-
-
-class ApplyInput(_Input):
-    phase: str = Field(pattern="^(authorize|ordered|revoke)$")
-    batch: int = Field(ge=0)
-    batches: int = Field(1, ge=1)  # in the phase: how many items share the rate
-    plan_id: str
-    holder: str
-    owner: str = Field(min_length=1)
-
-
-class VerifyInput(_Input):
-    mode: str = Field(pattern="^(visible|final|leftovers)$")
-    plan_id: str
-    results: list[dict[str, Any]] = Field(default_factory=list)
-    error: dict[str, Any] | None = None
-
-
-class RollbackInput(GroupsInput):
-    plan_id: str
-    owner: str = Field(min_length=1)
-    holder: str = Field(min_length=1)
-    error: dict[str, Any] | None = None
 
 
 def failure_text(error: dict[str, Any] | None) -> str:
@@ -141,17 +100,15 @@ def failure_text(error: dict[str, Any] | None) -> str:
     )
 
 
-def parse(model: type[_Input], event: object) -> Any:
+def parse(model: type[Input], event: object) -> Any:
     """Validate a step's input; a bad one is an InvalidPlan that names the field."""
     try:
         return model.model_validate(event)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "input"
-        raise InvalidPlan(f"{where}: {first['msg']}") from None
+        raise InvalidPlan(validation_message(err, root="input")) from None
 
 
-def check_plan(event: object, store: PlanStore) -> dict[str, Any]:
+def check_plan(event: object, store: PlanStorage) -> dict[str, Any]:
     """'Check the plan input': a valid plan, before any lock or write.
 
     The plan id that tags new rules (and finds them for a rollback) is the execution's name,
@@ -168,7 +125,9 @@ def check_plan(event: object, store: PlanStore) -> dict[str, Any]:
     if given.plan_ref is not None:
         ref = given.plan_ref
         store.groups(ref.groups_key, ref.groups)  # it must be there, whole
-        return {"plan_id": request.execution, "groups_key": ref.groups_key, "groups": ref.groups}
+        return CheckOutput(
+            plan_id=request.execution, groups_key=ref.groups_key, groups=ref.groups
+        ).model_dump()
     if given.plan is None:
         raise InvalidPlan("input: give plan_ref (from the planner) or plan (inline)")
     try:
@@ -178,53 +137,48 @@ def check_plan(event: object, store: PlanStore) -> dict[str, Any]:
     if not plan.steps:
         raise InvalidPlan("the plan has no steps")
     count = store.put_groups(request.execution, plan.groups)
-    return {"plan_id": request.execution, "groups_key": request.execution, "groups": count}
+    return CheckOutput(
+        plan_id=request.execution, groups_key=request.execution, groups=count
+    ).model_dump()
 
 
-def _groups(request: GroupsInput, store: PlanStore) -> list[str]:
+def _groups(request: GroupsInput, store: PlanStorage) -> list[str]:
     return store.groups(request.groups_key, request.groups)
 
 
 def acquire_locks(
-    event: object, store: PlanStore, locks: GroupLocks, lease_seconds: int
+    event: object, store: PlanStorage, locks: LockStore, lease_seconds: int
 ) -> dict[str, Any]:
     request = parse(LockInput, event)
-    return {"held": len(locks.acquire(_groups(request, store), request.holder, lease_seconds))}
+    held = locks.acquire(_groups(request, store), request.holder, lease_seconds)
+    return LocksOutput(held=len(held)).model_dump()
 
 
-def release_locks(event: object, store: PlanStore, locks: GroupLocks) -> dict[str, Any]:
+def release_locks(event: object, store: PlanStorage, locks: LockStore) -> dict[str, Any]:
     request = parse(LockInput, event)
-    return {"released": len(locks.release(_groups(request, store), request.holder))}
-
-
-class StatusChange(_Input):
-    """The part of a Step Functions "Execution Status Change" event this needs."""
-
-    name: str = Field(min_length=1)
-    status: str
-    stateMachineArn: str
-
-
-class StatusChangeEvent(_Input):
-    detail: StatusChange
+    released = locks.release(_groups(request, store), request.holder)
+    return ReleaseOutput(released=len(released)).model_dump()
 
 
 STOPPED = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
 
 
-def release_after_stop(event: object, locks: GroupLocks, state_machine_arn: str) -> dict[str, Any]:
+def release_after_stop(event: object, locks: LockStore, state_machine_arn: str) -> dict[str, Any]:
     """Release the locks an execution still holds once it ended without its last state (a
     stop by hand, a timeout, a failure past every Catch), instead of waiting out the lease
     (invariant 13). Idempotent: only this execution's locks, each deleted on that condition."""
     detail = parse(StatusChangeEvent, event).detail
     if detail.status not in STOPPED or detail.stateMachineArn != state_machine_arn:
-        return {"released": 0, "ignored": f"{detail.status} of {detail.stateMachineArn}"}
-    return {"released": len(locks.release_held_by(detail.name)), "execution": detail.name}
+        return JanitorOutput(
+            released=0, ignored=f"{detail.status} of {detail.stateMachineArn}"
+        ).to_dict()
+    released = locks.release_held_by(detail.name)
+    return JanitorOutput(released=len(released), execution=detail.name).to_dict()
 
 
 def refresh_plan(
     event: object,
-    store: PlanStore,
+    store: PlanStorage,
     replan: Callable[[Scope], LivePlan],
     settle_seconds: int,
     owner: str,
@@ -241,21 +195,21 @@ def refresh_plan(
     batches = phase_batches(doc, pacing.concurrency)
     for phase in PHASE_NAMES:
         store.put_phase(request.plan_id, phase, batches[phase])
-    return {
-        "changed": bool(result.steps),
+    refs = batch_refs(batches)
+    return RefreshOutput(
+        changed=bool(result.steps),
         # The revoke batches are numbered by "Re-plan the revokes after the settle".
-        "batches": {k: v for k, v in batch_refs(batches).items() if k != "revoke"},
-        "settle_seconds": settle_seconds,
-        "owner": owner,
-        "pacing": {
-            "concurrency": pacing.concurrency,
-            "writes_per_second": pacing.writes_per_second,
-        },
-        "summary": summarize(result),
-    }
+        batches=BatchRefs(authorize=refs["authorize"], ordered=refs["ordered"]),
+        settle_seconds=settle_seconds,
+        owner=owner,
+        pacing=PacingOutput(
+            concurrency=pacing.concurrency, writes_per_second=pacing.writes_per_second
+        ),
+        summary=summarize(result),
+    ).model_dump()
 
 
-def stored_phases(store: PlanStore, plan_id: str) -> tuple[Phases, dict[str, Any]]:
+def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, Any]]:
     """The phases the refresh stored, parsed, and their raw items (with desired rules)."""
     doc = {phase: store.phase(plan_id, phase) for phase in PHASE_NAMES}
     try:
@@ -265,7 +219,7 @@ def stored_phases(store: PlanStore, plan_id: str) -> tuple[Phases, dict[str, Any
 
 
 def replan_revokes(
-    event: object, store: PlanStore, replan: Callable[[Scope], LivePlan], pacing: Pacing
+    event: object, store: PlanStorage, replan: Callable[[Scope], LivePlan], pacing: Pacing
 ) -> dict[str, Any]:
     """'Re-plan the revokes after the settle' (invariant 11): the desired state read again,
     under the locks, after the wait. Only rules stale in both plans are revoked, each guarded
@@ -302,7 +256,7 @@ def replan_revokes(
     doc = Phases((), (), tuple(revoke)).to_dict(_by_group(live.desired))
     batches = phase_batches(doc, pacing.concurrency)["revoke"]
     store.put_phase(request.plan_id, "revoke", batches)
-    return {"revoke": list(range(len(batches))), "deferred": deferred}
+    return RevokesOutput(revoke=list(range(len(batches))), deferred=deferred).model_dump()
 
 
 def _locked_plan(live: LivePlan, groups: list[str]) -> Plan:
@@ -327,7 +281,7 @@ def _by_group(rules: list[Rule]) -> dict[str, list[Rule]]:
 MAX_NOTES = 10
 
 
-def summarize(plan: Plan) -> dict[str, Any]:
+def summarize(plan: Plan) -> Summary:
     """The execution's output: what changed, in numbers and the first notes (the planner's
     log has them all), so that its size does not grow with the plan."""
 
@@ -335,24 +289,24 @@ def summarize(plan: Plan) -> dict[str, Any]:
         more = len(lines) - MAX_NOTES
         return [*lines[:MAX_NOTES], *([f"... and {more} more"] if more > 0 else [])]
 
-    return {
-        "groups": len(plan.groups),
-        "rules_authorized": sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize)),
-        "rules_revoked": sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke)),
-        "rules_modified": sum(1 for s in plan.steps if isinstance(s, Modify)),
-        "rules_adopted": sum(1 for s in plan.steps if isinstance(s, Adopt)),
-        "calls": len(plan.steps),
-        "notes": first(plan.notes),
-        "refused": first(plan.refused),
-        "held": plan.held,
-    }
+    return Summary(
+        groups=len(plan.groups),
+        rules_authorized=sum(len(s.rules) for s in plan.steps if isinstance(s, Authorize)),
+        rules_revoked=sum(len(s.rule_ids) for s in plan.steps if isinstance(s, Revoke)),
+        rules_modified=sum(1 for s in plan.steps if isinstance(s, Modify)),
+        rules_adopted=sum(1 for s in plan.steps if isinstance(s, Adopt)),
+        calls=len(plan.steps),
+        notes=first(plan.notes),
+        refused=first(plan.refused),
+        held=plan.held,
+    )
 
 
 def apply_steps(
     event: object,
-    store: PlanStore,
-    rules: SecurityGroupRules,
-    locks: GroupLocks,
+    store: PlanStorage,
+    rules: RuleStore,
+    locks: LockStore,
     lease_seconds: int,
 ) -> dict[str, Any]:
     """One batch of groups, each group's calls in order. Each call is idempotent, so a retry
@@ -368,14 +322,14 @@ def apply_steps(
             calls += len(_apply_group(item, request, rules, locks, lease_seconds))
         except ReconcilerError as err:
             raise type(err)(f"{item.group_id}: {err}") from None
-    return {"groups": len(items), "calls": calls}
+    return ApplyOutput(groups=len(items), calls=calls).model_dump()
 
 
 def _apply_group(
     item: ApplyItem,
     request: ApplyInput,
-    rules: SecurityGroupRules,
-    locks: GroupLocks,
+    rules: RuleStore,
+    locks: LockStore,
     lease_seconds: int,
 ) -> list[dict[str, Any]]:
     group_id = item.group_id
@@ -425,9 +379,7 @@ def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
         raise InvalidPlan(f"desired rules of {item.group_id}: {err}") from None
 
 
-def _guard(
-    group_id: str, removed: set[str], added: tuple[Rule, ...], desired: list[Rule]
-) -> Callable[[list[Rule]], None]:
+def _guard(group_id: str, removed: set[str], added: tuple[Rule, ...], desired: list[Rule]) -> Guard:
     def check(live: list[Rule]) -> None:
         problems = call_would_lose(live, removed, added, desired)
         if problems:
@@ -439,7 +391,7 @@ def _guard(
     return check
 
 
-def verify(event: object, store: PlanStore, rules: SecurityGroupRules) -> dict[str, Any]:
+def verify(event: object, store: PlanStorage, rules: RuleStore) -> dict[str, Any]:
     """'Verify ...' and 'Report the leftover rules': compare the stored phases with what
     describe shows, for the groups the phases change.
 
@@ -468,11 +420,13 @@ def verify(event: object, store: PlanStore, rules: SecurityGroupRules) -> dict[s
             f"{len(leftovers)} stale rule(s) left {', '.join(leftovers)}".rstrip()
             + "; the next run takes over"
         )
-        return {"leftover_rule_ids": leftovers, "lacking": lacking, "cause": cause}
+        return LeftoversOutput(
+            leftover_rule_ids=leftovers, lacking=lacking, cause=cause
+        ).model_dump()
     problems = applied_problems(phases, now, final=request.mode == "final")
     if problems:
         raise NotYetVisible("; ".join(problems[:5]))
-    return {"mode": request.mode, "checked_rules": len(now)}
+    return VerifyOutput(mode=request.mode, checked_rules=len(now)).model_dump()
 
 
 def _lacking(phases_doc: dict[str, Any], now: list[Rule]) -> list[str]:
@@ -495,9 +449,9 @@ def _lacking(phases_doc: dict[str, Any], now: list[Rule]) -> list[str]:
 
 def roll_back(
     event: object,
-    store: PlanStore,
-    rules: SecurityGroupRules,
-    locks: GroupLocks,
+    store: PlanStorage,
+    rules: RuleStore,
+    locks: LockStore,
     lease_seconds: int,
 ) -> dict[str, Any]:
     """Compensation: revoke exactly the rules this execution created, found by their tags.
@@ -538,8 +492,6 @@ def roll_back(
         f"{failure_text(request.error)} before any revoke; revoked the {len(revoked)} rule(s) "
         f"this execution had added{adopted}, the groups are as before"
     )
-    return {
-        "revoked_rule_ids": sorted(revoked),
-        "handed_back_rule_ids": handed_back,
-        "cause": cause,
-    }
+    return RollbackOutput(
+        revoked_rule_ids=sorted(revoked), handed_back_rule_ids=handed_back, cause=cause
+    ).model_dump()

@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import ValidationError
 
 from sg_reconciler.core.scope import Scope
+from sg_reconciler.errors import validation_message as _first_error
 from sg_reconciler.trigger.cloudtrail import (
     CLASSIC_ELB_API_VERSION,
     CLOUDTRAIL_DETAIL_TYPE,
@@ -404,16 +405,6 @@ def _with_load_balancer(arn: str, scope: Scope) -> Scope:
     if lb is None:
         return Scope.everything()
     return scope | Scope(load_balancer_arns=frozenset({lb}))
-
-
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors(include_url=False, include_input=False)
-    if not errors:
-        return "invalid"
-    first = errors[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {first.get('msg', 'invalid')}{more}"
 
 
 def _short(text: str) -> str:

@@ -12,7 +12,7 @@ needs, because CloudTrail adds fields over time and omits empty ones.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,41 +27,6 @@ ELB_EVENT_SOURCE = "elasticloadbalancing.amazonaws.com"
 # The classic ELB API logs under the same event source and reuses some event names
 # (CreateLoadBalancer, AddTags, ...); its apiVersion tells it apart.
 CLASSIC_ELB_API_VERSION = "2012-06-01"
-
-EC2_EVENT_NAMES: tuple[str, ...] = (
-    "AuthorizeSecurityGroupIngress",
-    "RevokeSecurityGroupIngress",
-    "ModifySecurityGroupRules",
-    "UpdateSecurityGroupRuleDescriptionsIngress",
-    "CreateSecurityGroup",
-    "DeleteSecurityGroup",
-    "ModifyNetworkInterfaceAttribute",
-    "ModifyInstanceAttribute",
-    "CreateTags",  # a destination group's tag added or removed (tagged_groups, the LBC's rule)
-    "DeleteTags",
-)
-ELB_EVENT_NAMES: tuple[str, ...] = (
-    "CreateLoadBalancer",
-    "DeleteLoadBalancer",
-    "SetSecurityGroups",
-    "SetSubnets",  # an NLB admitted by address: its subnets carry its health checks
-    "SetIpAddressType",  # dualstack adds the subnets' IPv6 blocks
-    "CreateTargetGroup",
-    "ModifyTargetGroup",
-    "ModifyTargetGroupAttributes",  # client IP preservation decides an addressed NLB's peers
-    "DeleteTargetGroup",
-    "CreateListener",
-    "ModifyListener",
-    "DeleteListener",
-    "CreateRule",
-    "ModifyRule",
-    "DeleteRule",
-    "RegisterTargets",
-    "DeregisterTargets",
-    "AddTags",
-    "RemoveTags",
-)
-EVENT_NAMES: tuple[str, ...] = EC2_EVENT_NAMES + ELB_EVENT_NAMES
 
 T = TypeVar("T")
 
@@ -591,7 +556,7 @@ class RemoveTagsDetail(CloudTrailDetail):
     responseElements: dict[str, Any] | None = None
 
 
-KnownDetail = Annotated[
+Ec2Detail = (
     AuthorizeSecurityGroupIngressDetail
     | RevokeSecurityGroupIngressDetail
     | ModifySecurityGroupRulesDetail
@@ -600,16 +565,18 @@ KnownDetail = Annotated[
     | DeleteSecurityGroupDetail
     | ModifyNetworkInterfaceAttributeDetail
     | ModifyInstanceAttributeDetail
-    | CreateTagsDetail
+    | CreateTagsDetail  # a destination group's tag added or removed (tagged_groups, the LBC's rule)
     | DeleteTagsDetail
-    | CreateLoadBalancerDetail
+)
+ElbDetail = (
+    CreateLoadBalancerDetail
     | DeleteLoadBalancerDetail
     | SetSecurityGroupsDetail
-    | SetSubnetsDetail
-    | SetIpAddressTypeDetail
+    | SetSubnetsDetail  # an NLB admitted by address: its subnets carry its health checks
+    | SetIpAddressTypeDetail  # dualstack adds the subnets' IPv6 blocks
     | CreateTargetGroupDetail
     | ModifyTargetGroupDetail
-    | ModifyTargetGroupAttributesDetail
+    | ModifyTargetGroupAttributesDetail  # client IP preservation decides an addressed NLB's peers
     | DeleteTargetGroupDetail
     | CreateListenerDetail
     | ModifyListenerDetail
@@ -620,9 +587,24 @@ KnownDetail = Annotated[
     | RegisterTargetsDetail
     | DeregisterTargetsDetail
     | AddTagsDetail
-    | RemoveTagsDetail,
-    Field(discriminator="eventName"),
-]
+    | RemoveTagsDetail
+)
+KnownDetail = Annotated[Ec2Detail | ElbDetail, Field(discriminator="eventName")]
+
+
+def event_names(union: Any) -> tuple[str, ...]:
+    """The event names of a union of detail models: each model's Literal eventName."""
+    names = []
+    for model in get_args(union):
+        (name,) = get_args(model.model_fields["eventName"].annotation)
+        names.append(name)
+    return tuple(names)
+
+
+# The events the reconciler reacts to: one detail model each, in the union's order.
+EC2_EVENT_NAMES: tuple[str, ...] = event_names(Ec2Detail)
+ELB_EVENT_NAMES: tuple[str, ...] = event_names(ElbDetail)
+EVENT_NAMES: tuple[str, ...] = EC2_EVENT_NAMES + ELB_EVENT_NAMES
 
 
 class CloudTrailEvent(EventBridgeModel):

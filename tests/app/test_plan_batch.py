@@ -1,12 +1,16 @@
-"""Batch logic of the planner: a burst becomes one plan; ignored events never fail the batch."""
+"""Batch logic of the planner: a burst becomes one plan; ignored events never fail the batch.
+
+The plan store and the execution starter are in-memory fakes (tests/fakes.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from fakes import FakePlans, FakeStarter
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.plan_batch import execution_name, plan_batch
+from sg_reconciler.app.steps import check_plan
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.rules import rule_from_dict
@@ -38,22 +42,28 @@ def relevant(n: int) -> list[tuple[str, Parsed]]:
 
 class Recorder:
     def __init__(self, result: Plan | Refusal, started: bool = True) -> None:
-        self.result, self.started = result, started
+        self.result = result
         self.scopes: list[Scope] = []
-        self.starts: list[tuple[str, dict[str, Any]]] = []
-        self.saved: dict[str, list[str]] = {}
+        self.starter = FakeStarter()
+        self.plans = FakePlans()
+        if not started:  # the plan's execution is running already
+            self.starter.running.add(
+                execution_name(result, 0.0) if isinstance(result, Plan) else ""
+            )
 
     def replan(self, scope: Scope) -> LivePlan:
         self.scopes.append(scope)
         return live(self.result)
 
+    @property
+    def starts(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.starter.started
+
     def start(self, name: str, payload: dict[str, Any]) -> bool:
-        self.starts.append((name, payload))
-        return self.started
+        return self.starter(name, payload)
 
     def save_groups(self, key: str, groups: Sequence[str]) -> int:
-        self.saved[key] = sorted(groups)
-        return len(groups)
+        return self.plans.put_groups(key, groups)
 
 
 def test_fifty_events_in_one_batch_make_one_plan_and_one_execution() -> None:
@@ -74,8 +84,11 @@ def test_fifty_events_in_one_batch_make_one_plan_and_one_execution() -> None:
         "rules_to_add": 1,
         "rules_to_remove": 0,
     }
-    assert recorder.saved == {plan.plan_id(): list(plan.groups)} and "plan" not in payload
+    assert recorder.plans.groups(plan.plan_id()) == list(plan.groups) and "plan" not in payload
     assert result.rules_to_add == 1 and result.failed_message_ids == []
+    # ... and the first step takes it as it is.
+    checked = check_plan({"input": payload, "execution": name}, recorder.plans)
+    assert checked == {"plan_id": name, "groups_key": plan.plan_id(), "groups": 1}
 
 
 def test_only_ignored_events_start_nothing() -> None:

@@ -1,0 +1,252 @@
+"""The steps' contracts with the state machine (statemachine/apply_plan.asl.json), as models.
+
+- The execution input (docs/contracts.md): what the planner starts an execution with, or a
+  plan given by hand.
+- Each step's input: what a state's Parameters or ItemSelector build. Validated on the way
+  in, unknown keys ignored; a bad one is an InvalidPlan naming the field.
+- The phases' items: what "Refresh the plan under the locks" stores in the plan store and
+  the apply step reads back.
+- Each step's output: what the ASL's ResultSelector, ItemsPath, MaxConcurrencyPath,
+  SecondsPath and Choice states read. The steps build these models and return their
+  `model_dump()`, so a field the ASL reads cannot go missing unnoticed: tests/app/
+  test_contracts.py resolves every such path of the ASL against them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAN_KEY_PATTERN = r"^[A-Za-z0-9_-]{1,80}$"
+
+
+class Input(BaseModel):
+    """A document the steps receive: unknown keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Output(BaseModel):
+    """A document a step returns: exactly its fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- the execution input
+
+
+class PlanRef(Input):
+    """A plan the planner stored: its groups are in the plan store under `groups_key`; the
+    counts are for people reading the input (the execution re-plans)."""
+
+    groups_key: str = Field(pattern=PLAN_KEY_PATTERN)
+    groups: int = Field(ge=1)
+    calls: int | None = Field(None, ge=0)
+    rules_to_add: int | None = Field(None, ge=0)
+    rules_to_remove: int | None = Field(None, ge=0)
+
+
+class Trigger(Input):
+    event_ids: list[str] = Field(default_factory=list)  # the first 50, sorted
+
+
+class ExecutionInput(Input):
+    """The execution input: a stored plan's reference (the planner), or a plan inline (by
+    hand). `plan_id` is informative: the plan id is always the execution's name."""
+
+    plan_id: str | None = None
+    plan_ref: PlanRef | None = None
+    plan: dict[str, Any] | None = None
+    trigger: Trigger | None = None
+
+
+# ---------------------------------------------------------------- the steps' inputs
+
+
+class CheckRequest(Input):
+    input: ExecutionInput
+    execution: str = Field(min_length=1)
+
+
+class GroupsInput(Input):
+    """The execution's groups, by reference: the state carries their count only."""
+
+    groups_key: str = Field(min_length=1)
+    groups: int = Field(ge=1)
+
+
+class LockInput(GroupsInput):
+    holder: str = Field(min_length=1)
+
+
+class RefreshInput(GroupsInput):
+    plan_id: str
+
+
+class ApplyInput(Input):
+    """One Map item: batch `batch` of a phase stored in the plan store."""
+
+    phase: Literal["authorize", "ordered", "revoke"]
+    batch: int = Field(ge=0)
+    batches: int = Field(1, ge=1)  # in the phase: how many items share the rate
+    plan_id: str
+    holder: str
+    owner: str = Field(min_length=1)
+
+
+class VerifyInput(Input):
+    mode: Literal["visible", "final", "leftovers"]
+    plan_id: str
+    results: list[dict[str, Any]] = Field(default_factory=list)  # the Map's, failures noted
+    error: dict[str, Any] | None = None
+
+
+class RollbackInput(GroupsInput):
+    plan_id: str
+    owner: str = Field(min_length=1)
+    holder: str = Field(min_length=1)
+    error: dict[str, Any] | None = None
+
+
+class StatusChange(Input):
+    """The part of a Step Functions "Execution Status Change" event the janitor needs."""
+
+    name: str = Field(min_length=1)
+    status: str
+    stateMachineArn: str
+
+
+class StatusChangeEvent(Input):
+    detail: StatusChange
+
+
+# ---------------------------------------------------------------- the phases' items
+
+
+class ApplyItem(Input):
+    """One item of a stored phase (`core.phases.Phases.to_dict`): a group's calls in order,
+    and its desired rules for the live guard when it revokes or modifies."""
+
+    group_id: str
+    steps: list[dict[str, Any]] = Field(min_length=1)
+    desired: list[dict[str, Any]] | None = None
+    settle_seconds: int = Field(0, ge=0)  # ordered items: the wait before the call
+
+
+# ---------------------------------------------------------------- the steps' outputs
+
+
+class CheckOutput(Output):
+    """'Check the plan input' -> `$.checked`."""
+
+    plan_id: str
+    groups_key: str
+    groups: int
+
+
+class LocksOutput(Output):
+    """'Lock the groups' -> `$.locks.held`."""
+
+    held: int
+
+
+class ReleaseOutput(Output):
+    """'Release the group locks' -> `$.released`."""
+
+    released: int
+
+
+class OrderedRef(Output):
+    """One call of the ordered phase: its batch, and the wait before it."""
+
+    batch: int
+    settle_seconds: int
+
+
+class BatchRefs(Output):
+    """The Maps' items: batch numbers (the revoke phase's come from the re-plan)."""
+
+    authorize: list[int]
+    ordered: list[OrderedRef]
+
+
+class PacingOutput(Output):
+    concurrency: int  # the Maps' MaxConcurrencyPath
+    writes_per_second: float
+
+
+class Summary(Output):
+    """What changed, in numbers and the first notes: the execution's output (contracts.md)."""
+
+    groups: int
+    rules_authorized: int
+    rules_revoked: int
+    rules_modified: int
+    rules_adopted: int
+    calls: int
+    notes: list[str]
+    refused: list[str]
+    held: str
+
+
+class RefreshOutput(Output):
+    """'Refresh the plan under the locks' -> `$.work.result`."""
+
+    changed: bool
+    batches: BatchRefs
+    settle_seconds: int
+    owner: str
+    pacing: PacingOutput
+    summary: Summary
+
+
+class RevokesOutput(Output):
+    """'Re-plan the revokes after the settle' -> `$.work.result.revokes`: the revoke
+    batches, or why there are none (`deferred`, empty when the revokes go ahead)."""
+
+    revoke: list[int]
+    deferred: str
+
+
+class ApplyOutput(Output):
+    """An apply Map item (its output is dropped: OutputPath null)."""
+
+    groups: int
+    calls: int
+
+
+class VerifyOutput(Output):
+    """'Verify the new rules are visible' / 'Verify the final state' -> `.verified`."""
+
+    mode: Literal["visible", "final"]
+    checked_rules: int
+
+
+class LeftoversOutput(Output):
+    """'Report the leftover rules' -> `$.outcome.report` (its `cause` ends the execution)."""
+
+    leftover_rule_ids: list[str]
+    lacking: list[str]
+    cause: str
+
+
+class RollbackOutput(Output):
+    """'Roll back the rules this execution added' -> `$.outcome.rollback` (its `cause` ends
+    the execution)."""
+
+    revoked_rule_ids: list[str]
+    handed_back_rule_ids: list[str]
+    cause: str
+
+
+class JanitorOutput(Output):
+    """The lock janitor's answer (no state machine reads it): `execution` when it released
+    a stopped execution's locks, `ignored` when the event was not one."""
+
+    released: int
+    execution: str | None = None
+    ignored: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)

@@ -1,0 +1,147 @@
+"""Ports: what the use cases (`sg_reconciler.app`) need of the world outside, as Protocols.
+
+The adapters (`sg_reconciler.adapters`) satisfy them structurally, with their method names
+and signatures as they are; `sg_reconciler.wiring` has mypy check it. The tests' in-memory
+fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without moto.
+
+- `RuleStore`: a security group's ingress rules (`adapters.security_groups.SecurityGroupRules`).
+- `LockStore`: one lock per group, with a lease (`adapters.locks.GroupLocks`).
+- `PlanStorage`: a plan's groups and its phases' batches (`adapters.plan_store.PlanStore`).
+- `InventoryReader`: the account as the desired state needs it
+  (`adapters.inventory.read_inventory`).
+- `ExecutionStarter`: start the apply state machine (`wiring.execution_starter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sg_reconciler.core.account import Inventory
+from sg_reconciler.core.plan import Adopt
+from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
+
+if TYPE_CHECKING:
+    from sg_reconciler.policy import Policy
+
+# Called with a group's live rules right before a revoke or modify; raises to stop the call.
+Guard = Callable[[list[Rule]], None]
+Batch = list[dict[str, Any]]  # one Map item's share of a phase: a few groups' calls
+
+
+class WritePacer(Protocol):
+    """Spaces a step's writes at the deployment's rate (`adapters.pacing.Pacer`)."""
+
+    def fit(self, batch: int, batches: int) -> None:
+        """Take this Map item's share of the rate: item `batch` of `batches`."""
+        ...
+
+
+class RuleStore(Protocol):
+    """The ingress rules of security groups, read and written by rule id.
+
+    Writes are idempotent: authorizing a rule that exists returns its id, revoking a rule
+    that is gone succeeds. Only rules tagged with `owner` are revoked or modified (NotOwned
+    otherwise); a `guard` sees the group's live rules right before such a call and raises to
+    stop it. Errors are the typed errors of `sg_reconciler.errors`.
+    """
+
+    @property
+    def pacer(self) -> WritePacer | None: ...
+
+    def describe(self, group_ids: Sequence[str]) -> list[Rule]:
+        """Every ingress rule of the groups (a group that is gone has none)."""
+        ...
+
+    def tagged(
+        self, group_ids: Sequence[str], owner: str, plan_id: str, tag_key: str = PLAN_TAG_KEY
+    ) -> list[Rule]:
+        """The rules tagged with `owner` and `tag_key` = `plan_id` (what an execution
+        created, or with the adopted-by key, adopted)."""
+        ...
+
+    def authorize(
+        self, group_id: str, rules: Sequence[Rule], owner: str, plan_id: str
+    ) -> dict[RuleKey, str]:
+        """Ensure the rules exist, new ones tagged with the owner and the plan; their ids."""
+        ...
+
+    def adopt(self, group_id: str, step: Adopt, owner: str, plan_id: str) -> None:
+        """Take over the planned unowned rule in place (RuleChanged when it is gone, or its
+        key or description changed since the plan)."""
+        ...
+
+    def revoke(
+        self, group_id: str, rule_ids: Sequence[str], owner: str, guard: Guard | None = None
+    ) -> list[str]:
+        """Revoke the owned rules among `rule_ids` that still exist; the ids revoked."""
+        ...
+
+    def modify(
+        self, group_id: str, rule_id: str, rule: Rule, owner: str, guard: Guard | None = None
+    ) -> None:
+        """Rewrite an owned rule in place (same id, tags kept)."""
+        ...
+
+    def hand_back(self, group_ids: Sequence[str], owner: str, plan_id: str) -> list[str]:
+        """Undo `plan_id`'s adoptions: the old description back, the tags off; their ids."""
+        ...
+
+
+class LockStore(Protocol):
+    """One lock per group, held by an execution (its name) for a lease."""
+
+    def acquire(self, group_ids: Sequence[str], holder: str, lease_seconds: int) -> list[str]:
+        """Take or renew every lock, in sorted order; LockBusy names one held elsewhere."""
+        ...
+
+    def renew(self, group_id: str, holder: str, lease_seconds: int) -> None:
+        """Extend the holder's lease; LockLost when another execution took the group."""
+        ...
+
+    def release(self, group_ids: Sequence[str], holder: str) -> list[str]:
+        """Free the holder's locks among `group_ids` (others' stay); the groups freed."""
+        ...
+
+    def release_held_by(self, holder: str) -> list[str]:
+        """Free every lock the holder still has, wherever it is."""
+        ...
+
+
+class PlanStorage(Protocol):
+    """A plan's groups and its phases' batches, outside the execution state (invariant 13).
+
+    A read of something that is not there is an InvalidPlan."""
+
+    def put_groups(self, plan: str, groups: Sequence[str]) -> int:
+        """Store a plan's group ids; how many there are."""
+        ...
+
+    def groups(self, plan: str, expected: int | None = None) -> list[str]:
+        """The plan's group ids, all `expected` of them."""
+        ...
+
+    def put_phase(self, plan: str, phase: str, batches: Sequence[Batch]) -> int:
+        """Replace one phase's batches; how many there are."""
+        ...
+
+    def batch(self, plan: str, phase: str, index: int) -> Batch:
+        """One batch of a phase."""
+        ...
+
+    def phase(self, plan: str, phase: str) -> Batch:
+        """Every item of a phase, in batch order (none when it has none)."""
+        ...
+
+
+class ExecutionStarter(Protocol):
+    """Start an apply execution named `name`; False when that plan is already running."""
+
+    def __call__(self, name: str, payload: dict[str, Any]) -> bool: ...
+
+
+class InventoryReader(Protocol):
+    """Read what the desired state of `policy` depends on, with the given clients (EC2,
+    ELBv2 and optionally Service Quotas)."""
+
+    def __call__(self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None) -> Inventory: ...

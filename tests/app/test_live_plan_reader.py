@@ -1,0 +1,29 @@
+"""`compute_live_plan` reads the account through the InventoryReader port: on a fake
+inventory, the live plan is computed with no client at all."""
+
+from __future__ import annotations
+
+import json
+
+from fakes import FakeInventory
+from sg_reconciler.app.live_plan import compute_live_plan
+from sg_reconciler.core.account import Inventory, SecurityGroup
+from sg_reconciler.core.plan import Authorize, Plan
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.policy import parse_policy
+
+GROUP = "sg-0123456789abcdef0"
+STATIC = {"group_id": GROUP, "from_port": 443, "to_port": 443, "cidr_ipv4": "10.0.0.0/16"}
+POLICY = parse_policy(json.dumps({"static_rules": [STATIC]}))
+
+
+def test_the_live_plan_reads_through_the_given_reader() -> None:
+    reader = FakeInventory(Inventory(groups={GROUP: SecurityGroup(GROUP, vpc_id="vpc-1")}))
+
+    live = compute_live_plan(None, None, POLICY, Scope.everything(), read=reader)  # type: ignore[arg-type]
+
+    assert reader.reads == 1
+    assert isinstance(live.result, Plan)
+    (step,) = live.result.steps
+    assert isinstance(step, Authorize) and step.group_id == GROUP
+    assert [str(r.key) for r in step.rules] == [f"{GROUP} tcp 443 from 10.0.0.0/16"]
