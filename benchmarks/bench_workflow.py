@@ -1,5 +1,5 @@
 """Workflow figures on the local runtime: burst coalescing, state transitions, unsafe window,
-and the cold-start cost of the Lambda code.
+and the size of the Lambda code.
 
 Run: .venv/bin/python -m benchmarks.bench_workflow
 """
@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import statistics
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -127,38 +124,10 @@ def unsafe_window() -> dict[str, Any]:
     return figures
 
 
-def cold_start(repeat: int = 5) -> dict[str, Any]:
-    """Import time of each handler in a fresh interpreter (best and median of `repeat`), and the
-    size of the code SAM packages (our layer plus the functions, zipped; Powertools excluded)."""
+def cold_start() -> dict[str, Any]:
+    """The size of the code SAM packages (our layer plus the functions, zipped; Powertools
+    excluded). The cold import of each handler as deployed is benchmarks/bench_cold_start.py."""
     figures: dict[str, Any] = {}
-    env_path = f"{ROOT / 'layers'}"
-    for label, folder, module in (
-        ("planner", "functions/planner", "app"),
-        ("apply_steps", "functions/steps", "apply_steps"),
-    ):
-        code = (
-            f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
-        )
-        times = []
-        for _ in range(repeat):
-            out = subprocess.run(
-                [sys.executable, "-c", code],
-                cwd=ROOT / folder,
-                env={
-                    "PYTHONPATH": f"{env_path}:{ROOT / folder}",
-                    "AWS_DEFAULT_REGION": "eu-west-1",
-                    "POWERTOOLS_TRACE_DISABLED": "true",
-                    "PATH": "/usr/bin:/bin",
-                },
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            times.append(float(out.stdout.strip()))
-        figures[f"{label}_import_s"] = {
-            "best": round(min(times), 3),
-            "median": round(statistics.median(times), 3),
-        }
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for folder in ("layers/sg_reconciler", "functions"):

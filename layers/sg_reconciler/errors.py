@@ -148,16 +148,20 @@ MAX_VALIDATION_ERRORS = 10
 
 
 def validation_message(
-    err: ValidationError, root: str = "", limit: int = MAX_VALIDATION_ERRORS
+    err: ValidationError,
+    root: str = "",
+    limit: int = MAX_VALIDATION_ERRORS,
+    at: tuple[str, ...] = (),
 ) -> str:
     """A pydantic ValidationError in one line: `where: what` per error (`root` names the
     whole document), `; `-separated, the first `limit` and how many more. The one formatter
     of the boundary's models (step inputs, settings, the policy, trigger events); the input
-    values pydantic can attach are left out."""
+    values pydantic can attach are left out. `at` is where the validated value sits in the
+    document (a part validated on its own reads as if the whole was)."""
     errors = err.errors(include_url=False, include_input=False, include_context=False)
     parts = []
     for item in errors[:limit]:
-        where = ".".join(str(p) for p in item["loc"]) or root
+        where = ".".join(str(p) for p in (*at, *item["loc"])) or root
         if item["type"] == "extra_forbidden":
             message = "unknown field (not permitted)"
         else:

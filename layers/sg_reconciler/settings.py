@@ -17,7 +17,7 @@ from sg_reconciler.errors import BadConfiguration, validation_message
 
 
 class _FromEnvironment(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, defer_build=True)
 
 
 class _Deployment(_FromEnvironment):

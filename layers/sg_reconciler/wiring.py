@@ -7,30 +7,30 @@ below has mypy check that each adapter satisfies its port."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters import pacing
 from sg_reconciler.adapters.aws import client
-from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
-from sg_reconciler.adapters.executions import start_execution
-from sg_reconciler.adapters.inventory import read_inventory
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.adapters.plan_store import PlanStore
-from sg_reconciler.adapters.policy_store import load_policy_from_ssm
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.pacing import pacing_for
-from sg_reconciler.core.ports import (
-    ExecutionStarter,
-    InventoryReader,
-    LockStore,
-    PlanStorage,
-    RuleStore,
-    WritePacer,
-)
-from sg_reconciler.core.scope import Scope
-from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
+
+if TYPE_CHECKING:
+    # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
+    # imported by the functions that plan (live_planner), not by every step that imports this.
+    from sg_reconciler.app.live_plan import LivePlan
+    from sg_reconciler.core.ports import (
+        ExecutionStarter,
+        InventoryReader,
+        LockStore,
+        PlanStorage,
+        RuleStore,
+        WritePacer,
+    )
+    from sg_reconciler.core.scope import Scope
+    from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
 
 
 def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> SecurityGroupRules:
@@ -48,6 +48,8 @@ def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
 
 def execution_starter(config: PlannerSettings, attempts: int = 1) -> ExecutionStarter:
     """Start an execution of the deployment's state machine; False when the name is taken."""
+
+    from sg_reconciler.adapters.executions import start_execution
 
     def start(name: str, payload: dict[str, Any]) -> bool:
         return start_execution(
@@ -69,6 +71,10 @@ def live_planner(
 
     The owner name comes from the stack (one source); the policy may not name another, and
     the run refuses to start while another stack claims the name (invariant 10)."""
+    from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
+    from sg_reconciler.adapters.policy_store import load_policy_from_ssm
+    from sg_reconciler.app.live_plan import compute_live_plan
+
     policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter).for_owner(
         config.owner
     )
@@ -100,4 +106,6 @@ def _adapters_fit_ports(
     """Never called: mypy checks that each adapter satisfies its port (a method renamed or a
     signature changed on one side fails `make typecheck`). `execution_starter` is checked by
     its return type."""
+    from sg_reconciler.adapters.inventory import read_inventory
+
     return rules, locks, plans, read_inventory, pacer

@@ -24,13 +24,13 @@ PLAN_KEY_PATTERN = r"^[A-Za-z0-9_-]{1,80}$"
 class Input(BaseModel):
     """A document the steps receive: unknown keys are ignored."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 class Output(BaseModel):
     """A document a step returns: exactly its fields."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # ---------------------------------------------------------------- the execution input

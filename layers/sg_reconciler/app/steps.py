@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -41,7 +41,6 @@ from sg_reconciler.app.contracts import (
     VerifyInput,
     VerifyOutput,
 )
-from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
@@ -80,6 +79,10 @@ from sg_reconciler.errors import (
     WouldLoseTraffic,
     validation_message,
 )
+
+if TYPE_CHECKING:
+    # Only the re-planning steps import the live planner (cold start, issue 12 item 6).
+    from sg_reconciler.app.live_plan import LivePlan
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 

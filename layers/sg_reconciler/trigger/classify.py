@@ -29,6 +29,7 @@ from sg_reconciler.errors import validation_message as _first_error
 from sg_reconciler.trigger.cloudtrail import (
     CLASSIC_ELB_API_VERSION,
     CLOUDTRAIL_DETAIL_TYPE,
+    DETAIL_MODELS,
     ELB_EVENT_NAMES,
     EVENT_NAMES,
     SCHEDULE_SOURCE,
@@ -37,7 +38,6 @@ from sg_reconciler.trigger.cloudtrail import (
     AddTagsDetail,
     AuthorizeSecurityGroupIngressDetail,
     CloudTrailDetail,
-    CloudTrailEvent,
     CreateListenerDetail,
     CreateLoadBalancerDetail,
     CreateRuleDetail,
@@ -251,10 +251,13 @@ def _parse(
         return Ignored(event_id, f"{name} on a classic load balancer, which is not managed")
 
     try:
-        event = CloudTrailEvent.model_validate(raw)
+        # The one model for this eventName (what CloudTrailEvent's union routes to), so that a
+        # cold start builds only the models of the events it sees; errors read as the union's.
+        typed = DETAIL_MODELS[name].model_validate(raw["detail"])
     except ValidationError as exc:
-        return Ignored(event_id, _short(f"malformed {name} event: {_first_error(exc)}"))
-    scope = scope_of(event.detail)
+        where = ("detail", name)
+        return Ignored(event_id, _short(f"malformed {name} event: {_first_error(exc, at=where)}"))
+    scope = scope_of(typed)
     if not scope:
         return Ignored(event_id, f"{name} changes nothing the reconciler manages")
     return Relevant(event_id, name, scope)

@@ -34,7 +34,9 @@ T = TypeVar("T")
 class CloudTrailModel(BaseModel):
     """Base of every model here: unknown fields are kept, never rejected."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # Built on first use: the planner validates one event's detail with the one model for its
+    # eventName (DETAIL_MODELS), so a cold start builds only the models it meets (issue 12 item 6).
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
 
 # ---------------------------------------------------------------- caller identity
@@ -607,7 +609,16 @@ ELB_EVENT_NAMES: tuple[str, ...] = event_names(ElbDetail)
 EVENT_NAMES: tuple[str, ...] = EC2_EVENT_NAMES + ELB_EVENT_NAMES
 
 
+# Each event name's detail model: the planner validates a detail with the one its eventName
+# routes to (what the discriminated union of CloudTrailEvent does, without building the union).
+DETAIL_MODELS: dict[str, type[CloudTrailDetail]] = dict(
+    zip(EVENT_NAMES, get_args(Ec2Detail) + get_args(ElbDetail), strict=True)
+)
+
+
 class CloudTrailEvent(EventBridgeModel):
     """A CloudTrail event we react to, its detail parsed by event name."""
+
+    model_config = ConfigDict(defer_build=True)
 
     detail: KnownDetail
