@@ -71,7 +71,7 @@ def harness() -> Iterator[Harness]:
         )
         build_world(clients.ec2, clients.elbv2)
         own = frozenset(
-            runtime.template.get_att(f"{function}Role", "Arn")
+            runtime.arn(f"{function}Role")
             for function in ("ApplyStepsFunction", "RollBackFunction")
         )
         with FaultInjector(START_FAULT) as injector:

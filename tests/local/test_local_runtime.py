@@ -14,6 +14,8 @@ from sg_reconciler_tools.local import (
     FaultInjector,
     FunctionFailed,
     LocalRuntime,
+    SkippedResource,
+    TemplateError,
 )
 from sg_reconciler_tools.local.functions import module_name
 
@@ -38,9 +40,9 @@ def request(request_id: str, **overrides: Any) -> dict[str, Any]:
 
 def test_tables_queues_functions_machines_and_rules_are_created(runtime: LocalRuntime) -> None:
     clients = runtime.clients
-    table = clients.dynamodb.describe_table(TableName=f"{STACK}-LocksTable")["Table"]
+    table = clients.dynamodb.describe_table(TableName=runtime.ref("LocksTable"))["Table"]
     assert table["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
-    ttl = clients.dynamodb.describe_time_to_live(TableName=f"{STACK}-LocksTable")
+    ttl = clients.dynamodb.describe_time_to_live(TableName=runtime.ref("LocksTable"))
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
 
     work_url = runtime.ref("WorkQueue")
@@ -55,26 +57,57 @@ def test_tables_queues_functions_machines_and_rules_are_created(runtime: LocalRu
     }
 
     functions = {f["FunctionName"] for f in clients.lambda_.list_functions()["Functions"]}
-    assert functions == {f"{STACK}-StepsFunction", f"{STACK}-ChecksFunction"}
+    assert functions == {runtime.ref("StepsFunction"), runtime.ref("ChecksFunction")}
 
     machines = clients.stepfunctions.list_state_machines()["stateMachines"]
     assert {m["name"]: m["stateMachineArn"] for m in machines} == {
-        f"{STACK}-ApplyStateMachine": runtime.arn("ApplyStateMachine"),
+        runtime.physical_name("ApplyStateMachine"): runtime.arn("ApplyStateMachine"),
         f"{STACK}-rules": runtime.arn("RulesStateMachine"),
     }
-    assert [r["Name"] for r in clients.events.list_rules()["Rules"]] == [f"{STACK}-ChangesRule"]
+    rules = [r["Name"] for r in clients.events.list_rules()["Rules"]]
+    assert rules == [runtime.physical_name("ChangesRule")]
     parameter = clients.ssm.get_parameter(Name=runtime.ref("PolicyParameter"))["Parameter"]
     assert parameter["Value"] == '{"owner": "sg-reconciler"}'
 
 
-def test_names_and_arns_follow_cloudformation(runtime: LocalRuntime) -> None:
-    assert runtime.physical_name("StepsFunction") == f"{STACK}-StepsFunction"
+def test_names_and_arns_are_what_cloudformation_gave(runtime: LocalRuntime) -> None:
+    # CloudFormation names a resource without a name property <stack>-<LogicalId>-<suffix>
+    steps = runtime.physical_name("StepsFunction")
+    assert steps.startswith(f"{STACK}-StepsFunction-")
     assert runtime.arn("StepsFunction") == (
-        f"arn:aws:lambda:eu-west-1:123456789012:function:{STACK}-StepsFunction"
+        f"arn:aws:lambda:eu-west-1:123456789012:function:{steps}"
     )
-    assert runtime.arn("LocksTable").endswith(f":table/{STACK}-LocksTable")
+    assert runtime.ref("StepsFunction") == steps
+    assert runtime.arn("LocksTable").endswith(f":table/{runtime.physical_name('LocksTable')}")
     assert runtime.ref("ApplyStateMachine") == runtime.arn("ApplyStateMachine")
-    assert runtime.ref("LocksTable") == f"{STACK}-LocksTable"
+    assert runtime.ref("LocksTable") == runtime.physical_name("LocksTable")
+    # A queue's Ref is its URL, its name the URL's last part
+    assert runtime.ref("WorkQueue").endswith("/" + runtime.physical_name("WorkQueue"))
+    assert runtime.arn("ReconcilerRole").startswith(
+        f"arn:aws:iam::123456789012:role/{STACK}-ReconcilerRole-"
+    )
+    # Parameters and pseudo parameters resolve as !Ref does
+    assert runtime.ref("SettleSeconds") == "45"
+    assert runtime.ref("AWS::Region") == "eu-west-1"
+    assert runtime.ref("AWS::StackId").startswith(
+        f"arn:aws:cloudformation:eu-west-1:123456789012:stack/{STACK}/"
+    )
+    # SAM's implicit role of a function without a Role; none for one with its own
+    assert runtime.arn("ChecksFunctionRole").startswith(
+        f"arn:aws:iam::123456789012:role/{STACK}-ChecksFunctionRole-"
+    )
+    with pytest.raises(TemplateError, match=r"StepsFunctionRole.*no such resource"):
+        runtime.ref("StepsFunctionRole")
+
+
+def test_the_runtime_lists_what_moto_skipped(runtime: LocalRuntime) -> None:
+    # The queue policy has no moto model; the alarm neither, but its condition is false,
+    # so CloudFormation would not create it either: it is not listed.
+    assert runtime.skipped == [SkippedResource("WorkQueuePolicy", "AWS::SQS::QueuePolicy")]
+    with pytest.raises(TemplateError, match=r"WorkQueuePolicy.*skipped"):
+        runtime.ref("WorkQueuePolicy")
+    with pytest.raises(TemplateError, match=r"ElsewhereAlarm.*no such resource"):
+        runtime.ref("ElsewhereAlarm")
 
 
 # Executions --------------------------------------------------------------------------------
@@ -91,7 +124,7 @@ def test_an_execution_retries_waits_maps_and_succeeds(runtime: LocalRuntime) -> 
     # Then Retry absorbed the failure without sleeping, and every state ran
     assert result["status"] == "SUCCEEDED", result
     output = json.loads(result["output"])
-    assert output["flaky"] == {"attempts": 2, "table": f"{STACK}-LocksTable"}
+    assert output["flaky"] == {"attempts": 2, "table": runtime.ref("LocksTable")}
     assert [c["group"] for c in output["checked"]] == ["sg-a", "sg-b"]
     assert {c["checked_by"] for c in output["checked"]} == {"checks"}
     assert runtime.waits.snapshot() == [45.0]  # the Wait's Seconds, from a substitution
@@ -231,14 +264,14 @@ def test_handlers_see_their_environment_and_it_is_cleaned_up_at_unload(
     seen = runtime.invoke("StepsFunction", {"action": "environment", "keys": keys})
 
     assert seen == {
-        "LOCKS_TABLE": f"{STACK}-LocksTable",
+        "LOCKS_TABLE": runtime.ref("LocksTable"),
         "OWNER": "sg-reconciler",  # from Globals, !Ref of a parameter default
         "POWERTOOLS_SERVICE_NAME": "sg-reconciler-fixture",
-        "AWS_LAMBDA_FUNCTION_NAME": f"{STACK}-StepsFunction",
+        "AWS_LAMBDA_FUNCTION_NAME": runtime.ref("StepsFunction"),
     }
     # Added keys stay while the runtime runs (the interpreter's threads read os.environ
     # concurrently; a key vanishing under them failed executions) and go when it unloads.
-    assert os.environ["LOCKS_TABLE"] == f"{STACK}-LocksTable"
+    assert os.environ["LOCKS_TABLE"] == runtime.ref("LocksTable")
     host = runtime._host  # the handler host the runtime stops with
     assert host is not None
     host.unload()
@@ -261,7 +294,7 @@ def test_two_functions_with_an_app_py_each_do_not_collide(runtime: LocalRuntime)
 def test_handlers_get_a_lambda_context(runtime: LocalRuntime) -> None:
     context = runtime.invoke("StepsFunction", {"action": "context"})
 
-    assert context["function_name"] == f"{STACK}-StepsFunction"
+    assert context["function_name"] == runtime.ref("StepsFunction")
     assert context["arn"] == runtime.arn("StepsFunction")
     assert 0 < context["remaining_ms"] <= 30_000  # Timeout 30 from Globals
     assert context["request_id"]

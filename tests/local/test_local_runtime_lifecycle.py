@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sg_reconciler_tools.local import LocalRuntime, TemplateError
+from sg_reconciler_tools.local import LocalRuntime, SkippedResource, TemplateError
 from sg_reconciler_tools.local.functions import module_name
 
 TEMPLATE = Path(__file__).parent / "fixtures" / "template.yaml"
@@ -42,6 +42,7 @@ def test_a_missing_substitution_fails_the_start_and_cleans_up(tmp_path: Path) ->
         )
     )
     (tmp_path / "template.yaml").write_text(
+        "Transform: AWS::Serverless-2016-10-31\n"
         "Resources:\n"
         "  Machine:\n"
         "    Type: AWS::Serverless::StateMachine\n"
@@ -86,16 +87,43 @@ def test_only_one_runtime_runs_at_a_time() -> None:
     with LocalRuntime(TEMPLATE), pytest.raises(RuntimeError, match="another LocalRuntime"):
         LocalRuntime(TEMPLATE).start()
     with LocalRuntime(TEMPLATE) as again:  # the first one stopped cleanly
-        assert again.physical_name("LocksTable") == "sg-reconciler-local-LocksTable"
+        assert again.physical_name("LocksTable").startswith("sg-reconciler-local-LocksTable-")
+
+
+APP = Path(__file__).parents[2] / "template.yaml"
+APP_ALARMS = [
+    "ExecutionsFailedAlarm",
+    "ExecutionsTimedOutAlarm",
+    "ExecutionsAbortedAlarm",
+    "DeadLetterDepthAlarm",
+    "PlanRefusalsAlarm",
+    "RevokesHeldAlarm",
+    "PlanFailuresAlarm",
+]
 
 
 def test_the_app_template_deploys_locally() -> None:
-    """The repository's own template.yaml: every resource kind it uses is understood."""
-    app = Path(__file__).parents[2] / "template.yaml"
-    with LocalRuntime(app) as local:
+    """The repository's own template.yaml becomes a stack; moto skips only what it has no
+    model for (the queue policy and the alarms), and lists nothing else."""
+    with LocalRuntime(APP) as local:
         machines = local.clients.stepfunctions.list_state_machines()["stateMachines"]
         functions = local.functions
-    assert machines, "the app template has no state machine the runtime could create"
-    assert functions, "the app template has no function the runtime could host"
+        skipped = local.skipped
+        status = local.clients.stepfunctions.describe_state_machine(
+            stateMachineArn=local.arn("ApplyPlanStateMachine")
+        )["status"]
+    assert [m["stateMachineArn"] for m in machines] == [local.arn("ApplyPlanStateMachine")]
+    assert status == "ACTIVE"
+    assert len(functions) == 9, "the app template's functions are not all hosted"
     missing = [f"{f.logical_id}: {f.module_file}" for f in functions if not f.module_file.is_file()]
     assert not missing, f"handlers without a module file: {missing}"
+    assert skipped == [
+        SkippedResource("EventQueuePolicy", "AWS::SQS::QueuePolicy"),
+        *(SkippedResource(alarm, "AWS::CloudWatch::Alarm") for alarm in APP_ALARMS),
+    ]
+
+
+def test_the_alarm_email_subscription_is_skipped_when_it_is_wanted() -> None:
+    with LocalRuntime(APP, parameters={"AlarmEmail": "ops@example.com"}) as local:
+        skipped = local.skipped
+    assert SkippedResource("AlarmEmailSubscription", "AWS::SNS::Subscription") in skipped

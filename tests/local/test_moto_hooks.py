@@ -212,6 +212,13 @@ INTERNALS = [
     ("moto.dynamodb.exceptions", None, "DynamodbException"),
     ("moto.awslambda.exceptions", None, "LambdaClientError"),
     ("moto.core.exceptions", None, "AWSError"),
+    ("moto.cloudformation.models", "CloudFormationBackend", "get_stack"),
+    ("moto.cloudformation.models", "Stack", "parse_template"),
+    ("moto.cloudformation.parsing", "ResourceMap", "load_conditions"),
+    ("moto.stepfunctions.models", "StateMachine", "create_from_cloudformation_json"),
+    ("moto.stepfunctions.responses", None, "get_backend"),
+    ("moto.dynamodb.models.table", "Table", "create_from_cloudformation_json"),
+    ("moto.events.models", "Rule", "send_to_targets"),
 ]
 
 
@@ -1133,6 +1140,32 @@ def test_backend_reading_matches_describe(mocked: Mocked) -> None:
     )
     assert sorted(direct, key=str) == sorted(via_api, key=str)
     assert all(rule.tag("team") == "a" for rule in direct)
+
+
+# CloudFormation stacks -------------------------------------------------------------------------
+
+
+def test_a_stacks_attributes_and_conditions_are_read_as_the_engine_resolved_them(
+    mocked: Mocked,
+) -> None:
+    template = {
+        "Parameters": {"Stage": {"Type": "String", "Default": "dev"}},
+        "Conditions": {
+            "IsDev": {"Fn::Equals": [{"Ref": "Stage"}, "dev"]},
+            "IsProd": {"Fn::Not": [{"Condition": "IsDev"}]},
+        },
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+    }
+    client("cloudformation").create_stack(StackName="hooks", TemplateBody=json.dumps(template))
+    sqs = client("sqs")
+    (url,) = sqs.list_queues()["QueueUrls"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]
+
+    assert moto_hooks.stack_attribute("hooks", "Queue", "Arn", REGION) == arn["QueueArn"]
+    assert moto_hooks.stack_condition("hooks", "IsDev", REGION) is True
+    assert moto_hooks.stack_condition("hooks", "IsProd", REGION) is False
+    with pytest.raises(KeyError):
+        moto_hooks.stack_attribute("hooks", "Nope", "Arn", REGION)
 
 
 # (e) Faults and (f) the write listener --------------------------------------------------------

@@ -98,7 +98,7 @@ class Planner:
 
     def own_role_arns(self) -> list[str]:
         return [
-            self.runtime.template.get_att(f"{function}Role", "Arn")
+            self.runtime.arn(f"{function}Role")
             for function in ("ApplyStepsFunction", "RollBackFunction")
         ]
 

@@ -1,6 +1,8 @@
-"""Local runtime on moto: the template's resources, real ASL and our handlers in one process.
+"""Local runtime on moto: the template's stack, real ASL and our handlers in one process.
 
-Dev tooling, never deployed. Every hook into moto internals lives in `moto_hooks`.
+Dev tooling, never deployed. The SAM template becomes a moto CloudFormation stack
+(`stack`: package and translate; `cfn_workarounds`: what moto's CloudFormation needs).
+Every hook into moto internals lives in `moto_hooks`.
 
     with LocalRuntime("template.yaml") as local:
         monitor = InvariantMonitor(local.clients.ec2, group_ids, None, desired_rules)
@@ -12,8 +14,13 @@ Dev tooling, never deployed. Every hook into moto internals lives in `moto_hooks
 from sg_reconciler_tools.local.faults import Fault, FaultInjector, FiredFault
 from sg_reconciler_tools.local.functions import FunctionSpec, Invocation, LambdaContext
 from sg_reconciler_tools.local.monitor import InvariantMonitor, MonitorViolation, Snapshot
-from sg_reconciler_tools.local.runtime import Clients, FunctionFailed, LocalRuntime
-from sg_reconciler_tools.local.template import Template, TemplateError
+from sg_reconciler_tools.local.runtime import (
+    Clients,
+    FunctionFailed,
+    LocalRuntime,
+    SkippedResource,
+)
+from sg_reconciler_tools.local.stack import TemplateError
 
 __all__ = [
     "Clients",
@@ -27,7 +34,7 @@ __all__ = [
     "LambdaContext",
     "LocalRuntime",
     "MonitorViolation",
+    "SkippedResource",
     "Snapshot",
-    "Template",
     "TemplateError",
 ]

@@ -2,10 +2,12 @@
 
 The local runtime needs a few things moto does not offer through its API: run our Lambda
 handlers in-process, skip the interpreter's real sleeping, close EC2 fidelity gaps,
-inject faults and observe every security-group write. Each hook is one small function
-whose docstring names the moto internal it touches and returns a `Patch` that undoes it.
-`tests/local/test_moto_hooks.py` checks each one, so a moto upgrade that moves an internal
-fails there with a clear message instead of deep inside a state-machine run.
+inject faults, observe every security-group write and read a created stack's attributes.
+Each hook is one small function whose docstring names the moto internal it touches and
+returns a `Patch` that undoes it. `tests/local/test_moto_hooks.py` checks each one, so a
+moto upgrade that moves an internal fails there with a clear message instead of deep
+inside a state-machine run. The workarounds for moto's CloudFormation (template changes,
+and the one patch of its models) are in `cfn_workarounds`.
 """
 
 from __future__ import annotations
@@ -121,6 +123,11 @@ def _replace(owner: Any, name: str, value: object, moto_path: str) -> Patch:
 
     setattr(owner, name, value)
     return Patch(f"{moto_path}.{name}", undo)
+
+
+# For the workarounds of `cfn_workarounds`, which patch moto's CloudFormation models.
+require = _require
+replace = _replace
 
 
 # (a) -------------------------------------------------------------------------------------
@@ -1132,6 +1139,47 @@ def _rule_doc(rule: Any, tags: Mapping[str, str]) -> dict[str, Any]:
         doc["Description"] = rule.description
     doc["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
     return doc
+
+
+# CloudFormation stacks -----------------------------------------------------------------------
+
+
+def cloudformation_stack(stack_name: str, region: str, account_id: str = ACCOUNT_ID) -> Any:
+    """`moto.cloudformation.models.cloudformation_backends[account][region].get_stack(name)`."""
+    from moto.cloudformation.models import cloudformation_backends
+
+    backend = cloudformation_backends[account_id][region]
+    getter = _require(backend, "get_stack", "moto.cloudformation.models.CloudFormationBackend")
+    return getter(stack_name)
+
+
+def stack_attribute(stack_name: str, logical_id: str, attribute: str, region: str) -> Any:
+    """What `!GetAtt logical_id.attribute` resolves to in a created stack.
+
+    CloudFormation has no API for it (only Outputs); moto's engine resolves it with the
+    resource model's `get_cfn_attribute`, found in the stack's
+    `moto.cloudformation.parsing.ResourceMap` (`Stack.resource_map`). KeyError when the
+    stack has no such resource or moto did not create it.
+    """
+    stack = cloudformation_stack(stack_name, region)
+    resources = _require(stack, "resource_map", "moto.cloudformation.models.Stack")
+    if logical_id not in resources.resources:
+        raise KeyError(logical_id)
+    resource = resources[logical_id]
+    if resource is None:
+        raise KeyError(f"{logical_id} was not created")
+    return _require(resource, "get_cfn_attribute", type(resource).__name__)(attribute)
+
+
+def stack_condition(stack_name: str, condition: str, region: str) -> bool:
+    """Whether a template condition holds in a created stack, as moto's engine evaluated
+    it (`moto.cloudformation.parsing.ResourceMap.lazy_condition_map`)."""
+    stack = cloudformation_stack(stack_name, region)
+    resources = _require(stack, "resource_map", "moto.cloudformation.models.Stack")
+    conditions = _require(
+        resources, "lazy_condition_map", "moto.cloudformation.parsing.ResourceMap"
+    )
+    return bool(conditions[condition])
 
 
 @dataclass

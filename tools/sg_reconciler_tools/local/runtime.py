@@ -1,19 +1,21 @@
-"""The whole app on moto in this process: template resources, real ASL, our handlers.
+"""The whole app on moto in this process: the real stack, real ASL, our handlers.
 
-`LocalRuntime(template_path)` starts moto with the hooks of `moto_hooks`, deploys the
-template's tables, queues, functions, state machines and event rules, and runs executions
-of the real state machine with Lambda tasks dispatched to our handlers. Wait states and
-Retry backoff do not sleep (the requested seconds are recorded in `waits` and
-`retry_sleeps`); executions run in moto's background thread, so `wait_for` polls with a
-timeout. Dev tooling only: nothing here is deployed.
+`LocalRuntime(template_path)` starts moto with the hooks of `moto_hooks`, packages the SAM
+template as `sam package` does (artifacts to moto's S3), translates it with samtranslator
+(`stack`), adapts the result to moto's CloudFormation (`cfn_workarounds`) and creates the
+stack with `create_stack`. Lambda functions run in this process (`functions.HandlerHost`
+answers moto's Invoke), executions of the real state machine run in moto's interpreter.
+Wait states and Retry backoff do not sleep (the requested seconds are recorded in `waits`
+and `retry_sleeps`); executions run in moto's background thread, so `wait_for` polls with
+a timeout. Dev tooling only: nothing here is deployed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -27,9 +29,15 @@ import boto3
 from sg_reconciler.adapters import pacing
 from sg_reconciler.core.rules import DEFAULT_OWNER
 
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import cfn_workarounds, moto_hooks
 from sg_reconciler_tools.local.functions import FunctionSpec, HandlerHost, Invocation
-from sg_reconciler_tools.local.template import Template, TemplateError, load_yaml
+from sg_reconciler_tools.local.stack import (
+    TemplateError,
+    content_key,
+    package,
+    read_template,
+    translate,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -40,28 +48,12 @@ if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
 REGION = "eu-west-1"
-FUNCTION_TYPES = ("AWS::Serverless::Function",)
-TABLE_TYPES = ("AWS::DynamoDB::Table", "AWS::Serverless::SimpleTable")
-QUEUE_TYPES = ("AWS::SQS::Queue",)
-STATE_MACHINE_TYPES = ("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
-RULE_TYPES = ("AWS::Events::Rule",)
-PARAMETER_TYPES = ("AWS::SSM::Parameter",)
+FUNCTION_TYPE = "AWS::Lambda::Function"
+STATE_MACHINE_TYPE = "AWS::StepFunctions::StateMachine"
+RULE_TYPE = "AWS::Events::Rule"
+CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 FINISHED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 _EXECUTION_EVENTS = ("Execution",)
-_PLACEHOLDER = re.compile(r"\$\{[A-Za-z0-9_]+\}")
-_QUEUE_ATTRIBUTES = (
-    "DelaySeconds",
-    "MaximumMessageSize",
-    "MessageRetentionPeriod",
-    "ReceiveMessageWaitTimeSeconds",
-    "VisibilityTimeout",
-    "FifoQueue",
-    "ContentBasedDeduplication",
-    "KmsMasterKeyId",
-    "SqsManagedSseEnabled",
-    "RedrivePolicy",
-    "RedriveAllowPolicy",
-)
 _FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -91,8 +83,17 @@ class Clients:
 UNPACED_WRITES_PER_SECOND = 1000
 
 
+@dataclass(frozen=True)
+class SkippedResource:
+    """A resource of the stack's template that moto's CloudFormation did not create."""
+
+    logical_id: str
+    type: str
+
+
 class LocalRuntime:
-    """Context manager: deploys a SAM template into moto and runs its state machines.
+    """Context manager: deploys a SAM template as a moto CloudFormation stack and runs its
+    state machines, with its functions' handlers in this process.
 
     One runtime at a time per process: moto's state and the hooks are process-wide.
     """
@@ -118,10 +119,21 @@ class LocalRuntime:
             "WritesPerSecond": str(UNPACED_WRITES_PER_SECOND),
             **(parameters or {}),
         }
-        self.template = Template.load(
-            template_path, stack_name=stack_name, region=REGION, parameters=given
+        self.template_path = Path(template_path)
+        self.stack_name = stack_name
+        self._document = read_template(self.template_path)
+        declared = self._document.get("Parameters") or {}
+        # The runtime's own defaults only for the parameters the template declares; a
+        # caller's parameters all go to CreateStack.
+        self.parameters = {
+            key: str(value)
+            for key, value in given.items()
+            if key in declared or key in (parameters or {})
+        }
+        self.handlers_root = (
+            Path(handlers_root) if handlers_root else self.template_path.resolve().parent
         )
-        self.handlers_root = Path(handlers_root) if handlers_root else self.template.directory
+        self.deployed_template: dict[str, Any] = {}  # what CreateStack got, once started
         self.ec2_fidelity = ec2_fidelity
         # botocore retries throttling with real sleeps; by default a handler's client makes
         # one attempt, so an injected fault reaches the code under test exactly once per
@@ -142,7 +154,11 @@ class LocalRuntime:
         self._clients: Clients | None = None
         self._host: HandlerHost | None = None
         self._state_machine_arns: dict[str, str] = {}
-        self._role = ""
+        self._resources: dict[str, tuple[str, str]] = {}  # logical id -> (type, physical id)
+        self._arns: dict[str, str] = {}
+        self._stack_parameters: dict[str, str] = {}
+        self._stack_id = ""
+        self._skipped: list[SkippedResource] = []
 
     # Lifecycle --------------------------------------------------------------------------
 
@@ -216,7 +232,7 @@ class LocalRuntime:
                 os.environ[key] = value
         self._saved_environment = {}
         self._clients = None
-        self._state_machine_arns = {}
+        self._state_machine_arns = {}  # names (`ref`, `arn`...) stay readable after stop
         if LocalRuntime._running is self:
             LocalRuntime._running = None
 
@@ -258,14 +274,53 @@ class LocalRuntime:
     # Names ------------------------------------------------------------------------------
 
     def physical_name(self, logical_id: str) -> str:
-        return self.template.physical_name(logical_id)
+        """The resource's name in the stack (a queue's name, not its URL; a state machine's
+        name, not its ARN)."""
+        physical = self._physical_id(logical_id)
+        if physical.startswith("https://"):
+            return physical.rsplit("/", 1)[1]
+        if physical.startswith("arn:"):
+            return physical.rsplit(":", 1)[1]
+        return physical
 
     def arn(self, logical_id: str) -> str:
-        return self._state_machine_arns.get(logical_id) or self.template.arn(logical_id)
+        """What `!GetAtt logical_id.Arn` resolves to in the stack."""
+        self._physical_id(logical_id)  # a clear error for an unknown or skipped resource
+        if logical_id not in self._arns:
+            raise TemplateError(f"{logical_id} ({self._resources[logical_id][0]}) has no Arn")
+        return self._arns[logical_id]
 
     def ref(self, logical_id: str) -> Any:
-        """What `!Ref logical_id` resolves to locally (a queue's URL, a function's name...)."""
-        return self.template.ref(logical_id)
+        """What `!Ref logical_id` resolves to in the stack: a parameter's value, a pseudo
+        parameter, or a resource's physical id (a queue's URL, a function's name...)."""
+        if logical_id in self._stack_parameters:
+            return self._stack_parameters[logical_id]
+        pseudo = {
+            "AWS::Region": REGION,
+            "AWS::AccountId": moto_hooks.ACCOUNT_ID,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackName": self.stack_name,
+            "AWS::StackId": self._stack_id,
+        }
+        if logical_id in pseudo:
+            return pseudo[logical_id]
+        return self._physical_id(logical_id)
+
+    def _physical_id(self, logical_id: str) -> str:
+        if not self._resources:
+            raise RuntimeError("the local runtime was not started")
+        if logical_id not in self._resources:
+            skipped = any(s.logical_id == logical_id for s in self._skipped)
+            reason = "moto's CloudFormation skipped it" if skipped else "no such resource"
+            raise TemplateError(f"{logical_id} is not in stack {self.stack_name}: {reason}")
+        return self._resources[logical_id][1]
+
+    @property
+    def skipped(self) -> list[SkippedResource]:
+        """The template's resources (their conditions holding) that moto's CloudFormation
+        has no model for and did not create, in template order."""
+        return list(self._skipped)
 
     @property
     def functions(self) -> list[FunctionSpec]:
@@ -387,201 +442,151 @@ class LocalRuntime:
         return self._host
 
     def _deploy(self) -> None:
-        self._role = _create_local_role()
-        self.template.queue_url = self._queue_url
-        for logical_id in self.template.of_type(*TABLE_TYPES):
-            self._create_table(logical_id)
-        for logical_id in self.template.of_type(*QUEUE_TYPES):
-            self._create_queue(logical_id)
-        for logical_id in self.template.of_type(*PARAMETER_TYPES):
-            self._create_parameter(logical_id)
-        self._create_functions()
-        for logical_id in self.template.of_type(*STATE_MACHINE_TYPES):
-            self._create_state_machine(logical_id)
-        for logical_id in self.template.of_type(*RULE_TYPES):
-            self._create_rule(logical_id)
-        self._status_targets = self._function_rules()
+        """Package, translate, adapt to moto and create the stack; then host its functions
+        and deliver Step Functions' status changes to the rules that want them."""
+        s3 = _session().client("s3")
+        bucket = f"{self.stack_name.lower()}-artifacts"  # `sam package`'s bucket
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+
+        uploaded: set[str] = set()
+
+        def upload(name: str, content: bytes) -> str:
+            key = content_key(name, content)
+            if key not in uploaded:  # functions sharing a CodeUri share its zip
+                s3.put_object(Bucket=bucket, Key=key, Body=content)
+                uploaded.add(key)
+            return f"s3://{bucket}/{key}"
+
+        def fetch(bucket: str, key: str) -> bytes:
+            return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+        directory = self.template_path.resolve().parent
+        packaged = package(self._document, directory, upload, code_root=self.handlers_root)
+        translated = translate(
+            packaged.document, self.parameters, region=REGION, account_id=moto_hooks.ACCOUNT_ID
+        )
+        template = cfn_workarounds.prepare(translated, stack_name=self.stack_name, fetch=fetch)
+        self.deployed_template = template
+        self._patches += [
+            cfn_workarounds.create_state_machines_in_the_executing_backend(),
+            cfn_workarounds.apply_table_time_to_live(),
+            cfn_workarounds.match_events_as_eventbridge(),
+            cfn_workarounds.parse_json_templates_as_json(),
+        ]
+        self._create_stack(template)
+        self._host_functions(packaged.code_dirs)
+        rules = [physical for kind, physical in self._resources.values() if kind == RULE_TYPE]
+        by_name = {spec.name: spec.logical_id for spec in self._handlers.functions}
+        self._status_targets = [
+            (by_name[function], pattern)
+            for function, pattern in cfn_workarounds.lambda_rule_targets(self.clients.events, rules)
+            if function in by_name
+        ]
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
 
-    def _status_changed(self, execution: Any) -> None:
-        """Deliver Step Functions' "Execution Status Change" event to the functions whose
-        EventBridgeRule events match it, as EventBridge would (moto sends none)."""
-        if self._stopping:
-            return
-        event = status_change_event(execution)
-        for logical_id, pattern in self._function_rules():
-            if moto_hooks.matches_event_pattern(pattern, event):
-                try:
-                    self.invoke(logical_id, event)
-                except Exception as err:
-                    logging.getLogger(__name__).warning(f"{logical_id} failed on {event}: {err}")
-
-    def _function_rules(self) -> list[tuple[str, dict[str, Any]]]:
-        rules = []
-        for logical_id in self.template.of_type(*FUNCTION_TYPES):
-            events = self.template.properties(logical_id).get("Events") or {}
-            for spec in events.values():
-                if spec.get("Type") in ("EventBridgeRule", "CloudWatchEvent"):
-                    pattern = self.template.resolve((spec.get("Properties") or {}).get("Pattern"))
-                    rules.append((logical_id, pattern))
-        return rules
-
-    def _queue_url(self, name: str) -> str:
-        return self.clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]
-
-    def _create_table(self, logical_id: str) -> None:
-        properties = self.template.resolve(self.template.properties(logical_id))
-        name = self.physical_name(logical_id)
-        if self.template.type_of(logical_id) == "AWS::Serverless::SimpleTable":
-            key = properties.get("PrimaryKey") or {"Name": "id", "Type": "String"}
-            kind = {"String": "S", "Number": "N", "Binary": "B"}[key.get("Type", "String")]
-            properties = {
-                "KeySchema": [{"AttributeName": key["Name"], "KeyType": "HASH"}],
-                "AttributeDefinitions": [{"AttributeName": key["Name"], "AttributeType": kind}],
-            }
-        request: dict[str, Any] = {
-            "TableName": name,
-            "KeySchema": properties["KeySchema"],
-            "AttributeDefinitions": properties["AttributeDefinitions"],
-            "BillingMode": properties.get("BillingMode", "PAY_PER_REQUEST"),
-        }
-        for optional in (
-            "ProvisionedThroughput",
-            "GlobalSecondaryIndexes",
-            "LocalSecondaryIndexes",
-        ):
-            if optional in properties:
-                request[optional] = properties[optional]
-        if request["BillingMode"] == "PROVISIONED" and "ProvisionedThroughput" not in request:
-            request["ProvisionedThroughput"] = {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5}
-        self.clients.dynamodb.create_table(**request)
-        ttl = properties.get("TimeToLiveSpecification")
-        if ttl and str(ttl.get("Enabled")).lower() == "true":
-            self.clients.dynamodb.update_time_to_live(
-                TableName=name,
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
-            )
-
-    def _create_queue(self, logical_id: str) -> None:
-        properties = self.template.resolve(self.template.properties(logical_id))
-        attributes: dict[str, str] = {}
-        for key in _QUEUE_ATTRIBUTES:
-            if key in properties:
-                value = properties[key]
-                if isinstance(value, Mapping):
-                    attributes[key] = json.dumps(value)
-                elif isinstance(value, bool):
-                    attributes[key] = "true" if value else "false"
-                else:
-                    attributes[key] = str(value)
-        self.clients.sqs.create_queue(
-            QueueName=self.physical_name(logical_id),
-            Attributes=attributes,  # type: ignore[arg-type]
-        )
-
-    def _create_parameter(self, logical_id: str) -> None:
-        properties = self.template.resolve(self.template.properties(logical_id))
-        self.clients.ssm.put_parameter(
-            Name=self.physical_name(logical_id),
-            Type=properties.get("Type", "String"),
-            Value=_env_value(properties["Value"]),
-        )
-
-    def _create_functions(self) -> None:
-        role = self._role
-        specs: list[FunctionSpec] = []
-        for logical_id in self.template.of_type(*FUNCTION_TYPES):
-            properties = self.template.properties(logical_id)
-            code_uri = self.template.resolve(properties.get("CodeUri"))
-            handler = self.template.resolve(properties.get("Handler"))
-            if not isinstance(code_uri, str) or not isinstance(handler, str):
-                raise TemplateError(
-                    f"{logical_id}: a local function needs a CodeUri path and a Handler"
+    def _create_stack(self, template: dict[str, Any]) -> None:
+        cloudformation = _session().client("cloudformation")
+        parameters = [
+            {"ParameterKey": key, "ParameterValue": value} for key, value in self.parameters.items()
+        ]
+        with cfn_workarounds.quiet_unsupported_resources():
+            try:
+                cloudformation.create_stack(
+                    StackName=self.stack_name,
+                    TemplateBody=json.dumps(template),
+                    Parameters=parameters,
+                    Capabilities=CAPABILITIES,
                 )
-            variables = (properties.get("Environment") or {}).get("Variables") or {}
-            environment = {k: _env_value(v) for k, v in self.template.resolve(variables).items()}
-            name = self.physical_name(logical_id)
-            response = self.clients.lambda_.create_function(
-                FunctionName=name,
-                Runtime=str(properties.get("Runtime", "python3.13")),
-                Role=role,
-                Handler=handler,
-                Code={"ZipFile": b"local"},
-                Timeout=int(properties.get("Timeout", 3)),
-                MemorySize=int(properties.get("MemorySize", 128)),
-                Environment={"Variables": environment},
+            except Exception as error:  # moto raises a resource model's error through the call
+                raise TemplateError(
+                    f"moto's CloudFormation could not create stack {self.stack_name}: {error!r}"
+                ) from error
+            (stack,) = cloudformation.describe_stacks(StackName=self.stack_name)["Stacks"]
+            if stack["StackStatus"] != "CREATE_COMPLETE":
+                raise TemplateError(
+                    f"stack {self.stack_name} is {stack['StackStatus']}: "
+                    f"{stack.get('StackStatusReason', '')}"
+                )
+            listed = cloudformation.describe_stack_resources(StackName=self.stack_name)
+        # moto lists a resource it did not create (skipped, or its condition is false)
+        # without a logical id.
+        self._resources = {
+            str(item["LogicalResourceId"]): (
+                str(item["ResourceType"]),
+                str(item.get("PhysicalResourceId") or ""),
             )
+            for item in listed["StackResources"]
+            if "LogicalResourceId" in item
+        }
+        self._stack_parameters = {
+            str(item["ParameterKey"]): str(item.get("ParameterValue", ""))
+            for item in stack.get("Parameters", [])
+        }
+        self._stack_id = str(stack["StackId"])
+        self._skipped = [
+            SkippedResource(logical_id, str(body.get("Type")))
+            for logical_id, body in template["Resources"].items()
+            if logical_id not in self._resources
+            and (
+                "Condition" not in body
+                or moto_hooks.stack_condition(self.stack_name, str(body["Condition"]), REGION)
+            )
+        ]
+        self._state_machine_arns = {
+            logical_id: physical
+            for logical_id, (kind, physical) in self._resources.items()
+            if kind == STATE_MACHINE_TYPE
+        }
+        # Every ARN now, as the engine resolves !GetAtt: names stay readable after stop.
+        self._arns = {}
+        for logical_id in self._resources:
+            with contextlib.suppress(Exception):  # a model without an Arn attribute
+                arn = moto_hooks.stack_attribute(self.stack_name, logical_id, "Arn", REGION)
+                if isinstance(arn, str) and arn.startswith("arn:"):
+                    self._arns[logical_id] = arn
+        self._arns.update(self._state_machine_arns)  # moto's model has no Arn; Ref is it
+
+    def _host_functions(self, code_dirs: Mapping[str, Path]) -> None:
+        """The stack's functions as moto created them (name, handler, environment, timeout,
+        memory), each run from the directory its CodeUri named."""
+        specs: list[FunctionSpec] = []
+        for logical_id, (kind, name) in self._resources.items():
+            if kind != FUNCTION_TYPE:
+                continue
+            if logical_id not in code_dirs:
+                raise TemplateError(
+                    f"{logical_id}: a local function needs a local CodeUri (a directory)"
+                )
+            configuration = self.clients.lambda_.get_function_configuration(FunctionName=name)
+            variables = (configuration.get("Environment") or {}).get("Variables") or {}
             specs.append(
                 FunctionSpec(
                     logical_id=logical_id,
                     name=name,
-                    arn=response["FunctionArn"],
-                    code_dir=(self.handlers_root / code_uri).resolve(),
-                    handler=handler,
-                    environment=environment,
-                    timeout_seconds=int(properties.get("Timeout", 3)),
-                    memory_mb=int(properties.get("MemorySize", 128)),
+                    arn=str(configuration["FunctionArn"]),
+                    code_dir=code_dirs[logical_id],
+                    handler=str(configuration["Handler"]),
+                    environment=cfn_workarounds.environment_strings(variables),
+                    timeout_seconds=int(configuration.get("Timeout", 3)),
+                    memory_mb=int(configuration.get("MemorySize", 128)),
                 )
             )
         self._host = HandlerHost(specs, self._environment)
         self._patches.append(moto_hooks.patch_lambda_invoke(self._host.dispatch))
 
-    def _create_state_machine(self, logical_id: str) -> None:
-        properties = self.template.properties(logical_id)
-        definition = self._definition(logical_id, properties)
-        kind = "AWS::Serverless::StateMachine"
-        machine_type = properties.get(
-            "Type" if self.template.type_of(logical_id) == kind else "StateMachineType"
-        )
-        response = self.clients.stepfunctions.create_state_machine(
-            name=self.physical_name(logical_id),
-            definition=json.dumps(definition),
-            roleArn=self._role,
-            type=str(self.template.resolve(machine_type) or "STANDARD"),  # type: ignore[arg-type]
-        )
-        self._state_machine_arns[logical_id] = response["stateMachineArn"]
-        if response["stateMachineArn"] != self.template.arn(logical_id):
-            raise TemplateError(f"{logical_id}: moto named it {response['stateMachineArn']}")
-
-    def _definition(self, logical_id: str, properties: Mapping[str, Any]) -> Any:
-        substitutions = {
-            str(key): str(value)
-            for key, value in (
-                self.template.resolve(properties.get("DefinitionSubstitutions")) or {}
-            ).items()
-        }
-        if "DefinitionUri" in properties:
-            uri = self.template.resolve(properties["DefinitionUri"])
-            if not isinstance(uri, str):
-                raise TemplateError(f"{logical_id}: DefinitionUri must be a local path here")
-            file = self.template.directory / uri
-            # As CloudFormation does: substitute in the text, then parse (so a `${Key}` may
-            # stand for a number outside quotes).
-            text = _substitute(file.read_text(encoding="utf-8"), substitutions, logical_id)
-            return json.loads(text) if file.suffix == ".json" else load_yaml(text)
-        if "Definition" in properties:
-            definition = properties["Definition"]
-        elif "DefinitionString" in properties:
-            definition = json.loads(str(self.template.resolve(properties["DefinitionString"])))
-        else:
-            raise TemplateError(f"{logical_id}: no Definition, DefinitionUri or DefinitionString")
-        return _substitute(definition, substitutions, logical_id)
-
-    def _create_rule(self, logical_id: str) -> None:
-        properties = self.template.resolve(self.template.properties(logical_id))
-        name = self.physical_name(logical_id)
-        request: dict[str, Any] = {"Name": name, "State": properties.get("State", "ENABLED")}
-        if "EventPattern" in properties:
-            request["EventPattern"] = json.dumps(properties["EventPattern"])
-        if "ScheduleExpression" in properties:
-            request["ScheduleExpression"] = properties["ScheduleExpression"]
-        if "EventBusName" in properties:
-            request["EventBusName"] = properties["EventBusName"]
-        self.clients.events.put_rule(**request)
-        targets = list(properties.get("Targets") or [])
-        if targets:
-            bus = {"EventBusName": request["EventBusName"]} if "EventBusName" in request else {}
-            self.clients.events.put_targets(Rule=name, Targets=targets, **bus)
+    def _status_changed(self, execution: Any) -> None:
+        """Deliver Step Functions' "Execution Status Change" event to the functions whose
+        rules match it, as EventBridge would (moto sends none, and its EventBridge cannot
+        deliver to a Lambda target: `cfn_workarounds.lambda_rule_targets`)."""
+        if self._stopping:
+            return
+        event = status_change_event(execution)
+        for logical_id, pattern in self._status_targets:
+            if moto_hooks.matches_event_pattern(pattern, event):
+                try:
+                    self.invoke(logical_id, event)
+                except Exception as err:
+                    logging.getLogger(__name__).warning(f"{logical_id} failed on {event}: {err}")
 
 
 def patch_pacer(
@@ -658,56 +663,6 @@ def _make_clients() -> Clients:
         ssm=session.client("ssm"),
         lambda_=session.client("lambda"),
     )
-
-
-def _create_local_role() -> str:
-    """One IAM role for every function and state machine (moto's Lambda checks it exists)."""
-    document = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": ["lambda.amazonaws.com", "states.amazonaws.com"]},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
-    created = (
-        _session()
-        .client("iam")
-        .create_role(RoleName="sg-reconciler-local", AssumeRolePolicyDocument=json.dumps(document))
-    )
-    return str(created["Role"]["Arn"])
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return str(value)
-
-
-def _substitute(definition: Any, substitutions: Mapping[str, str], logical_id: str) -> Any:
-    """Apply DefinitionSubstitutions to every string; a `${Name}` left over is an error."""
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, str):
-            for key, replacement in substitutions.items():
-                value = value.replace("${" + key + "}", replacement)
-            leftover = _PLACEHOLDER.search(value)
-            if leftover:
-                raise TemplateError(
-                    f"{logical_id}: no DefinitionSubstitutions entry for {leftover.group(0)}"
-                )
-            return value
-        if isinstance(value, list):
-            return [walk(item) for item in value]
-        if isinstance(value, Mapping):
-            return {walk(key): walk(item) for key, item in value.items()}
-        return value
-
-    return walk(definition)
 
 
 def _state_of(event: Mapping[str, Any], by_id: Mapping[int, Mapping[str, Any]]) -> str:
