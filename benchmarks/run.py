@@ -13,7 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_cold_start, bench_desired, bench_planner, bench_scale, bench_workflow
+from benchmarks import (
+    bench_cold_start,
+    bench_desired,
+    bench_planner,
+    bench_reads,
+    bench_scale,
+    bench_workflow,
+)
 
 OUT = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 Row = tuple[str, str, str, str]  # what, command, figure, anchor
@@ -273,6 +280,25 @@ def scale_rows(f: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def reads_rows(runs: list[dict[str, Any]]) -> list[Row]:
+    def calls(f: dict[str, Any]) -> str:
+        health = f["by_operation"]["elbv2 DescribeTargetHealth"]
+        return (
+            f"{f['elbv2_calls']} ELBv2 ({health} DescribeTargetHealth) + {f['ec2_describes']} EC2"
+        )
+
+    return [
+        (
+            f"Calls of the planner's read for an event that adds one target, "
+            f"{f['load_balancers']} load balancers with groups of their own (the refresh reads alike)",
+            f"python -m benchmarks.bench_reads --load-balancers {f['load_balancers']}",
+            f"event-scoped: {calls(f['narrow'])}",
+            f"full read: {calls(f['full'])}; LBC: at most 1 describe (its cache)",
+        )
+        for f in runs
+    ]
+
+
 def main() -> None:
     started = time.monotonic()
     print("planning benchmark...", flush=True)
@@ -286,6 +312,8 @@ def main() -> None:
         flush=True,
     )
     scale = bench_scale.run_benchmark()
+    print("event-scoped reads on moto (100 and 500 load balancers)...", flush=True)
+    reads = [bench_reads.event_calls(n) for n in (100, 500)]
     print("cold-start benchmark (each handler as deployed, before and after)...", flush=True)
     cold = bench_cold_start.run_benchmark()
     rows = (
@@ -294,6 +322,7 @@ def main() -> None:
         + workflow_rows(workflow)
         + cold_start_rows(cold)
         + scale_rows(scale)
+        + reads_rows(reads)
     )
     lines = [
         "# Benchmarks",

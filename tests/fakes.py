@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.live_plan import LivePlan, Replan
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.plan import Adopt, Plan
 from sg_reconciler.core.planner import make_plan
@@ -385,7 +385,9 @@ class FakeInventory:
     inventory: Inventory
     reads: int = 0
 
-    def __call__(self, ec2: Any, elbv2: Any, policy: Any, quotas: Any = None) -> Inventory:
+    def __call__(
+        self, ec2: Any, elbv2: Any, policy: Any, quotas: Any = None, scope: Any = None
+    ) -> Inventory:
         self.reads += 1
         return self.inventory
 
@@ -396,11 +398,11 @@ def planner(
     owner: str = DEFAULT_OWNER,
     *,
     adopt: Callable[[Rule], bool] | None = None,
-) -> Callable[[Scope], LivePlan]:
+) -> Replan:
     """The live planner over the fake groups, for the scope's groups: the desired rules as
     given, the current ones as they are now, the fake's quota."""
 
-    def replan(scope: Scope) -> LivePlan:
+    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         groups = sorted(rules.groups) if scope.full else sorted(scope.group_ids)
         wanted = [r for r in desired if r.group_id in groups]
         current = rules.describe(groups)

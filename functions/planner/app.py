@@ -58,13 +58,13 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         logger.set_correlation_id(event_ids[0])
     logger.append_keys(event_ids=event_ids[:20])
 
-    def replan(scope: Scope) -> LivePlan:
+    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         plan_live, _ = live_planner(settings, attempts=5)
-        return plan_live(scope)
+        return plan_live(scope, narrow)
 
     store = plan_store(settings)
     start = execution_starter(settings, attempts=5)
-    result = plan_batch(records, replan, start, time.time(), store.put_groups)
+    result = plan_batch(records, replan, start, time.time(), store)
     metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=result.received)
     metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=result.ignored)
     metrics.add_metric(name="RulesToAdd", unit=MetricUnit.Count, value=result.rules_to_add)

@@ -20,11 +20,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
     plan_live, settle_seconds = live_planner(config)
 
-    def replan(scope: Scope) -> LivePlan:
+    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         # Typed errors, so the state machine retries a throttled or failed read (a bare
         # ClientError matches no Retry and ended the execution).
         with typed_aws_errors():
-            return plan_live(scope)
+            return plan_live(scope, narrow)
 
     store = plan_store(config)
     pacing = pacing_for(config.writes_per_second)

@@ -6,7 +6,6 @@ below has mypy check that each adapter satisfies its port."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters import pacing
@@ -20,7 +19,7 @@ from sg_reconciler.core.pacing import pacing_for
 if TYPE_CHECKING:
     # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
-    from sg_reconciler.app.live_plan import LivePlan
+    from sg_reconciler.app.live_plan import LivePlan, Replan
     from sg_reconciler.core.ports import (
         ExecutionStarter,
         InventoryReader,
@@ -64,9 +63,7 @@ def plan_store(config: StepSettings | PlannerSettings, attempts: int = 3) -> Pla
     return PlanStore(client("dynamodb", attempts), config.plan_table)
 
 
-def live_planner(
-    config: StepSettings | PlannerSettings, attempts: int = 1
-) -> tuple[Callable[[Scope], LivePlan], int]:
+def live_planner(config: StepSettings | PlannerSettings, attempts: int = 1) -> tuple[Replan, int]:
     """The planner's read-derive-plan for this deployment, and the policy's settle time.
 
     The owner name comes from the stack (one source); the policy may not name another, and
@@ -83,12 +80,13 @@ def live_planner(
     )
     releases = BrakeReleases(client("dynamodb", attempts), config.lock_table)
 
-    def replan(scope: Scope) -> LivePlan:
+    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         live = compute_live_plan(
             client("ec2", attempts),
             client("elbv2", attempts),
             policy,
             scope,
+            narrow=narrow,
             partial=True,
             quotas=client("service-quotas", attempts),
             released=releases.released if config.lock_table else None,

@@ -9,7 +9,7 @@ from typing import Any
 
 from fakes import FakeLocks, FakePlans, FakeRules, planner
 from sg_reconciler.app import steps
-from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.live_plan import Replan
 from sg_reconciler.core.pacing import Pacing, pacing_for
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.rules import DEFAULT_OWNER, Rule
@@ -37,7 +37,7 @@ class World:
 
     # The planner and the steps, with this world's ports ---------------------------------
 
-    def replan(self) -> Callable[[Scope], LivePlan]:
+    def replan(self) -> Replan:
         return planner(self.rules, self.desired, self.owner, adopt=self.adopt)
 
     def plan(self) -> Plan:

@@ -4,12 +4,13 @@ The plan store and the execution starter are in-memory fakes (tests/fakes.py).""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from fakes import FakePlans, FakeStarter
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.plan_batch import execution_name, plan_batch
+from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.app.steps import check_plan
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
@@ -41,9 +42,13 @@ def relevant(n: int) -> list[tuple[str, Parsed]]:
 
 
 class Recorder:
-    def __init__(self, result: Plan | Refusal, started: bool = True) -> None:
+    def __init__(
+        self, result: Plan | Refusal, started: bool = True, narrowed: bool = False
+    ) -> None:
         self.result = result
+        self.narrowed = narrowed  # the plan came from the event scope's read alone
         self.scopes: list[Scope] = []
+        self.narrows: list[Scope | None] = []
         self.starter = FakeStarter()
         self.plans = FakePlans()
         if not started:  # the plan's execution is running already
@@ -51,9 +56,11 @@ class Recorder:
                 execution_name(result, 0.0) if isinstance(result, Plan) else ""
             )
 
-    def replan(self, scope: Scope) -> LivePlan:
+    def replan(self, scope: Scope, narrow: Scope | None = None) -> LivePlan:
         self.scopes.append(scope)
-        return live(self.result)
+        self.narrows.append(narrow)
+        found = live(self.result)
+        return replace(found, narrowed=narrow) if self.narrowed else found
 
     @property
     def starts(self) -> list[tuple[str, dict[str, Any]]]:
@@ -62,15 +69,12 @@ class Recorder:
     def start(self, name: str, payload: dict[str, Any]) -> bool:
         return self.starter(name, payload)
 
-    def save_groups(self, key: str, groups: Sequence[str]) -> int:
-        return self.plans.put_groups(key, groups)
-
 
 def test_fifty_events_in_one_batch_make_one_plan_and_one_execution() -> None:
     plan = make_plan([], [DESIRED])
     assert isinstance(plan, Plan)
     recorder = Recorder(plan)
-    result = plan_batch(relevant(50), recorder.replan, recorder.start, 0.0, recorder.save_groups)
+    result = plan_batch(relevant(50), recorder.replan, recorder.start, 0.0, recorder.plans)
     assert result.outcome == "started" and result.relevant == 50
     assert len(recorder.scopes) == 1 and len(recorder.scopes[0].group_ids) == 50
     assert len(recorder.starts) == 1
@@ -97,7 +101,7 @@ def test_only_ignored_events_start_nothing() -> None:
         ("m1", Ignored("e1", "failed call")),
         ("m2", Ignored(None, "malformed")),
     ]
-    result = plan_batch(records, recorder.replan, recorder.start, 0.0, recorder.save_groups)
+    result = plan_batch(records, recorder.replan, recorder.start, 0.0, recorder.plans)
     assert (result.outcome, result.ignored, recorder.scopes, recorder.starts) == (
         "nothing to do",
         2,
@@ -109,7 +113,7 @@ def test_only_ignored_events_start_nothing() -> None:
 def test_an_empty_diff_starts_no_execution() -> None:
     recorder = Recorder(Plan(()))
     assert (
-        plan_batch(relevant(3), recorder.replan, recorder.start, 0.0, recorder.save_groups).outcome
+        plan_batch(relevant(3), recorder.replan, recorder.start, 0.0, recorder.plans).outcome
         == "unchanged"
     )
     assert recorder.starts == []
@@ -117,7 +121,7 @@ def test_an_empty_diff_starts_no_execution() -> None:
 
 def test_a_refusal_starts_nothing_and_is_not_retried() -> None:
     recorder = Recorder(Refusal("sg-x: no order fits the quota", "sg-x"))
-    result = plan_batch(relevant(2), recorder.replan, recorder.start, 0.0, recorder.save_groups)
+    result = plan_batch(relevant(2), recorder.replan, recorder.start, 0.0, recorder.plans)
     assert result.outcome == "refused" and "quota" in result.reason
     assert recorder.starts == [] and result.failed_message_ids == []
 
@@ -126,17 +130,17 @@ def test_a_duplicate_start_is_success() -> None:
     plan = make_plan([], [DESIRED])
     assert isinstance(plan, Plan)
     recorder = Recorder(plan, started=False)
-    result = plan_batch(relevant(1), recorder.replan, recorder.start, 0.0, recorder.save_groups)
+    result = plan_batch(relevant(1), recorder.replan, recorder.start, 0.0, recorder.plans)
     assert result.outcome == "duplicate" and result.failed_message_ids == []
 
 
 def test_a_planning_failure_returns_only_the_relevant_records_to_the_queue() -> None:
-    def broken(scope: Scope) -> LivePlan:
+    def broken(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         raise RuntimeError("describe throttled")
 
     records = [*relevant(2), ("m9", Ignored("e9", "other account"))]
     idle = Recorder(Plan(()))
-    result = plan_batch(records, broken, idle.start, 0.0, idle.save_groups)
+    result = plan_batch(records, broken, idle.start, 0.0, idle.plans)
     assert result.outcome == "failed" and "throttled" in result.reason
     assert result.failed_message_ids == ["m0", "m1"]
 
@@ -147,3 +151,18 @@ def test_execution_names_repeat_within_ten_minutes_only() -> None:
     assert execution_name(plan, 1_000_000.0) == execution_name(plan, 1_000_000.0 + 100)
     assert execution_name(plan, 1_000_000.0) != execution_name(plan, 1_000_000.0 + 700)
     assert len(execution_name(plan, 0.0)) <= 80
+
+
+def test_a_plan_from_an_event_scoped_read_keeps_that_scope_for_the_refresh() -> None:
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    event = Scope(target_group_arns=frozenset({"arn:aws:elasticloadbalancing:r:1:targetgroup/w/1"}))
+    records: list[tuple[str, Parsed]] = [("m1", Relevant("e1", "RegisterTargets", event))]
+    narrow, full = Recorder(plan, narrowed=True), Recorder(plan)
+
+    plan_batch(records, narrow.replan, narrow.start, 0.0, narrow.plans)
+    plan_batch(records, full.replan, full.start, 0.0, full.plans)
+
+    assert narrow.narrows == full.narrows == [event]  # both tried narrowly
+    assert stored_scope(narrow.plans, plan.plan_id()) == event
+    assert stored_scope(full.plans, plan.plan_id()) is None  # its refresh reads in full

@@ -12,6 +12,7 @@ from app.steps_world import SETTLE, World, caught
 from fakes import planner, rule
 from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.scope_store import put_scope
 from sg_reconciler.core.plan import (
     Adopt,
     Authorize,
@@ -122,7 +123,7 @@ def test_a_refreshed_plan_that_reaches_past_the_locked_groups_is_refused(world: 
         steps.refresh_plan(
             {**world.groups(checked), "plan_id": "exec-1"},
             world.plans,
-            lambda scope: planner(world.rules, world.desired)(Scope.everything()),
+            lambda scope, narrow=None: planner(world.rules, world.desired)(Scope.everything()),
             SETTLE,
             world.owner,
             world.pacing,
@@ -133,7 +134,7 @@ def test_a_refusal_under_the_locks_is_a_refused_plan(world: World) -> None:
     stale_and_new(world)
     checked = world.check()
 
-    def refused(scope: Scope) -> LivePlan:
+    def refused(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         return LivePlan(Refusal("no safe order within the quota"), [], [], [])
 
     with pytest.raises(PlanRefused, match="no safe order"):
@@ -524,3 +525,38 @@ def test_the_whole_run_on_fakes_converges_and_a_second_run_changes_nothing(
     assert world.locks.items == {}
     world.execution = "exec-2"
     assert world.run(Plan((Revoke(G1, ("sgr-gone",)),)))["status"] == "unchanged"
+
+
+def test_an_event_scoped_plan_is_refreshed_narrowly_and_reads_nothing_after_the_settle(
+    world: World,
+) -> None:
+    world.desired = [rule(G1, 443)]
+    checked = world.check(Plan((Authorize(G1, (rule(G1, 443),)),)))
+    world.lock(checked)
+    event = Scope(target_group_arns=frozenset({"arn:aws:elasticloadbalancing:r:1:targetgroup/w/1"}))
+    put_scope(world.plans, checked["groups_key"], event)
+    asked: list[tuple[Scope, Scope | None]] = []
+    plan_live = world.replan()
+
+    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
+        asked.append((scope, narrow))
+        return plan_live(scope, narrow)
+
+    work = steps.refresh_plan(
+        world.groups(checked, plan_id=checked["plan_id"]),
+        world.plans,
+        replan,
+        SETTLE,
+        world.owner,
+        world.pacing,
+    )
+    revokes = steps.replan_revokes(
+        world.groups(checked, plan_id=checked["plan_id"], mode="revokes"),
+        world.plans,
+        replan,
+        world.pacing,
+    )
+
+    assert work["changed"] is True
+    assert asked == [(Scope(group_ids=frozenset({G1})), event)]  # the refresh only
+    assert revokes == {"revoke": [], "deferred": ""}

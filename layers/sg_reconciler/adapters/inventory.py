@@ -42,8 +42,10 @@ from sg_reconciler.core.account import (
     tags_of,
 )
 from sg_reconciler.core.desired import ALWAYS_PRESERVED
+from sg_reconciler.core.narrow import Narrowing, narrow, narrowable
 from sg_reconciler.core.quota import PrefixListSize
-from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleError, ingress_rules
+from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleError, ingress_rules
+from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import Policy
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ class _Reader:
     elbv2: ElasticLoadBalancingv2Client
     policy: Policy
     quotas: Any = None  # a Service Quotas client, or None to plan with the AWS default
+    scope: Scope | None = None  # an event's scope: read its peer closure only, if it can
 
     def __post_init__(self) -> None:
         self.notes: list[str] = []
@@ -319,19 +322,22 @@ class _Reader:
                                         result[(vpc_id, ip)] = (groups, instance["InstanceId"])
         return result
 
-    def owned_groups(self) -> set[str]:
-        """Groups that hold a rule with our owner tag, found by a server-side tag filter."""
+    def owned_groups(self) -> dict[str, set[Peer]]:
+        """Groups that hold a rule with our owner tag (found by a server-side tag filter) ->
+        the groups those rules admit."""
         paginator = self.ec2.get_paginator("describe_security_group_rules")
         pages = paginator.paginate(
             Filters=[{"Name": f"tag:{OWNER_TAG_KEY}", "Values": [self.policy.owner]}],
             PaginationConfig={"PageSize": EC2_PAGE_SIZE},
         )
-        return {
-            r["GroupId"]
-            for page in pages
-            for r in page.get("SecurityGroupRules", [])
-            if not r.get("IsEgress")
-        }
+        owned: dict[str, set[Peer]] = {}
+        for page in pages:
+            for r in page.get("SecurityGroupRules", []):
+                if not r.get("IsEgress"):
+                    peers = owned.setdefault(r["GroupId"], set())
+                    if referenced := r.get("ReferencedGroupInfo", {}).get("GroupId"):
+                        peers.add(Peer("group", referenced))
+        return owned
 
     def rules(self, group_ids: Iterable[str]) -> list[Rule]:
         paginator = self.ec2.get_paginator("describe_security_group_rules")
@@ -466,10 +472,29 @@ class _Reader:
         )
         return lbs, preserved, vpcs
 
+    def narrowing(self, lbs: list[LoadBalancer], raw_tgs: list[dict[str, Any]]) -> Narrowing | None:
+        """The peer closure of the event's scope (core/narrow.py), when it has one that
+        leaves some target group out (else the read is the full one, and says so)."""
+        settings = self.policy.desired_settings()
+        if self.scope is None or not narrowable(self.scope, settings):
+            return None
+        attached = {tg["TargetGroupArn"]: tg.get("LoadBalancerArns", []) for tg in raw_tgs}
+        found = narrow(self.scope, settings.bindings, lbs, attached)
+        if found is None or found.target_groups >= attached.keys():
+            return None
+        self.notes.append(
+            f"event-scoped read: {len(found.target_groups)} of {len(raw_tgs)} target "
+            "group(s), the ones that share a rule source with the event's"
+        )
+        return found
+
     def read(self) -> Inventory:
         policy = self.policy
         lbs = self.load_balancers()
         raw_tgs = self.target_groups(lbs)
+        narrowed = self.narrowing(lbs, raw_tgs)
+        if narrowed is not None:
+            raw_tgs = [tg for tg in raw_tgs if tg["TargetGroupArn"] in narrowed.target_groups]
         # One call per target group, so they run a few at a time (boto3 clients are
         # thread-safe); results are gathered in listing order, so the read is deterministic.
         with ThreadPoolExecutor(max_workers=TARGET_HEALTH_WORKERS) as pool:
@@ -537,9 +562,15 @@ class _Reader:
         for tg_model in target_groups:
             for target in tg_model.targets:
                 hosts.update(target.group_ids)
-        owned = self.owned_groups()
+        owned_peers = self.owned_groups()
+        if narrowed is not None:  # only groups whose rules from the closure's peers may go
+            owned_peers = {g: p for g, p in owned_peers.items() if p & narrowed.peers}
+        owned = set(owned_peers)
         hosts |= owned
-        peers = {g for lb in lbs for g in lb.security_groups}
+        read_lbs = {arn for tg in raw_tgs for arn in tg.get("LoadBalancerArns", [])}
+        peers = {
+            g for lb in lbs if narrowed is None or lb.arn in read_lbs for g in lb.security_groups
+        }
         peers |= policy.backend_groups
         peers |= {
             r.key.peer.value
@@ -572,6 +603,7 @@ class _Reader:
             prefix_lists=sizes,
             account_rule_quota=quota,
             vpc_cidrs=vpc_cidrs,
+            narrowed_to=None if narrowed is None else narrowed.peers,
         )
 
 
@@ -592,7 +624,12 @@ def _printed(prefix: str) -> str:
 
 
 def read_inventory(
-    ec2: EC2Client, elbv2: ElasticLoadBalancingv2Client, policy: Policy, quotas: Any = None
+    ec2: EC2Client,
+    elbv2: ElasticLoadBalancingv2Client,
+    policy: Policy,
+    quotas: Any = None,
+    scope: Scope | None = None,
 ) -> Inventory:
-    """Everything the desired state of `policy` depends on, plus the rules of the groups in play."""
-    return _Reader(ec2, elbv2, policy, quotas).read()
+    """Everything the desired state of `policy` depends on, plus the rules of the groups in
+    play; with an event's `scope`, only its peer closure when it has one (core/narrow.py)."""
+    return _Reader(ec2, elbv2, policy, quotas, scope).read()

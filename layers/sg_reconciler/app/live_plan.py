@@ -8,8 +8,8 @@ one that started the execution.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sg_reconciler.adapters.inventory import read_inventory
 from sg_reconciler.core.account import Inventory
@@ -25,11 +25,12 @@ from sg_reconciler.core.desired import (
     compute_desired,
     touched_groups,
 )
+from sg_reconciler.core.narrow import stands
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import defer_revokes, make_plan
 from sg_reconciler.core.ports import InventoryReader
 from sg_reconciler.core.quota import Limits
-from sg_reconciler.core.rules import Rule, rule_to_dict
+from sg_reconciler.core.rules import Peer, Rule, rule_to_dict
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import Policy
 
@@ -53,6 +54,7 @@ class LivePlan:
     unreached: tuple[str, ...] = ()  # groups with owned rules the policy does not reach
     # group id -> Name tag or GroupName, for the groups in play and the groups they admit
     names: Mapping[str, str] = field(default_factory=dict)
+    narrowed: Scope | None = None  # planned from this event scope's read alone (it stands)
 
     def needed_by(self, rule: Rule) -> tuple[str, ...]:
         """What needs a desired rule (target groups and their load balancers, static rules)."""
@@ -97,6 +99,8 @@ def plan_from_inventory(
     groups = in_play if touched is None else in_play & touched
     desired = [r for r in state.rules if r.group_id in groups]
     current = [r for r in inventory.rules if r.group_id in groups]
+    if inventory.narrowed_to is not None:
+        desired = _narrowed(desired, current, inventory.narrowed_to, policy)
     limits = Limits(
         quota - policy.quota_headroom, per_family=True, prefix_lists=inventory.prefix_lists
     )
@@ -157,6 +161,22 @@ def plan_from_inventory(
     )
 
 
+def _narrowed(
+    desired: list[Rule], current: list[Rule], peers: frozenset[Peer], policy: Policy
+) -> list[Rule]:
+    """The desired rules an event-scoped read knows exactly (from the closure's peers, and
+    the static rules), plus our rules from other peers as they are: those are not judged."""
+    static = {r.key for r in policy.desired_settings().static_rules}
+    exact = [r for r in desired if r.key.peer in peers or r.key in static]
+    known = {r.key for r in exact}
+    kept = [
+        Rule(r.key, r.description)
+        for r in current
+        if r.owned_by(policy.owner) and r.key.peer not in peers and r.key not in known
+    ]
+    return exact + kept
+
+
 def _names(inventory: Inventory, groups: set[str], desired: list[Rule]) -> dict[str, str]:
     """Names of the groups in play and of the groups their desired rules admit."""
     peers = {r.key.peer.value for r in desired if r.key.peer.kind == "group"}
@@ -189,6 +209,7 @@ def compute_live_plan(
     policy: Policy,
     scope: Scope | None = None,
     *,
+    narrow: Scope | None = None,
     partial: bool = False,
     quotas: Any = None,
     released: Released | None = None,
@@ -196,7 +217,23 @@ def compute_live_plan(
 ) -> LivePlan:
     """Read, derive and plan; `scope` None or full plans every group the policy covers.
 
-    `quotas` (a Service Quotas client) reads the account's rule quota; without it the AWS
-    default applies unless the policy sets one. `read` reads the account (a fake in tests)."""
-    inventory = read(ec2, elbv2, policy, quotas)
+    `narrow` (an event's scope) first reads only its peer closure; that plan is returned
+    when it stands (core/narrow.py: it only authorizes, within `scope`'s groups if it names
+    any), else the account is read in full. `quotas` (a Service Quotas client) reads the
+    account's rule quota; without it the AWS default applies unless the policy sets one.
+    `read` reads the account (a fake in tests)."""
+    inventory = read(ec2, elbv2, policy, quotas, narrow)
+    if inventory.narrowed_to is not None and narrow is not None:
+        live = plan_from_inventory(inventory, policy, narrow, partial=partial, released=released)
+        within = scope.group_ids if scope is not None else frozenset()
+        if live.state is not None and not live.state.conflicts and stands(live.result, within):
+            return replace(live, narrowed=narrow)
+        inventory = read(ec2, elbv2, policy, quotas)  # the full read decides
     return plan_from_inventory(inventory, policy, scope, partial=partial, released=released)
+
+
+class Replan(Protocol):
+    """The live planner as the use cases call it: `scope` to plan, `narrow` an event's scope
+    to try first (see `compute_live_plan`)."""
+
+    def __call__(self, scope: Scope, narrow: Scope | None = None) -> LivePlan: ...

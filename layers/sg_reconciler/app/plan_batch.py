@@ -10,13 +10,14 @@ delivers them again (and the dead-letter queue catches a poison batch).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sg_reconciler.app.contracts import ExecutionInput, PlanRef, Trigger
-from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.live_plan import Replan
+from sg_reconciler.app.scope_store import put_scope
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
-from sg_reconciler.core.ports import ExecutionStarter
+from sg_reconciler.core.ports import ExecutionStarter, PlanStorage
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
 
@@ -51,15 +52,17 @@ def execution_name(plan: Plan, now: float) -> str:
 
 def plan_batch(
     records: Sequence[tuple[str, Parsed]],
-    replan: Callable[[Scope], LivePlan],
+    replan: Replan,
     start: ExecutionStarter,
     now: float,
-    save_groups: Callable[[str, Sequence[str]], int],
+    store: PlanStorage,
 ) -> BatchResult:
     """Merge the relevant records' scopes, plan once, start at most one execution.
 
-    The plan's groups go to the plan store first (keyed by the plan's hash) and the execution
-    gets a reference and counts, so its input does not grow with the plan (invariant 13)."""
+    An event scope is tried narrowly first (`compute_live_plan`). The plan's groups go to
+    the plan store first (keyed by the plan's hash), with the event scope when the plan came
+    from its narrow read (the refresh reads that way too), and the execution gets a
+    reference and counts, so its input does not grow with the plan (invariant 13)."""
     result = BatchResult(received=len(records))
     relevant = [(mid, p) for mid, p in records if isinstance(p, Relevant)]
     result.relevant = len(relevant)
@@ -68,7 +71,7 @@ def plan_batch(
         return result
     scope = Scope.merge(p.scope for _, p in relevant)
     try:
-        live = replan(scope)
+        live = replan(scope, scope)
         plan = live.result
         result.unreached_groups = len(live.unreached)
         if live.brake is not None:
@@ -87,11 +90,13 @@ def plan_batch(
             return result
         name = execution_name(plan, now)
         key = plan.plan_id()
+        if live.narrowed is not None:
+            put_scope(store, key, live.narrowed)
         execution_input = ExecutionInput(
             plan_id=name,
             plan_ref=PlanRef(
                 groups_key=key,
-                groups=save_groups(key, plan.groups),
+                groups=store.put_groups(key, plan.groups),
                 calls=len(plan.steps),
                 rules_to_add=result.rules_to_add,
                 rules_to_remove=result.rules_to_remove,

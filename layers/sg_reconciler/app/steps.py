@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -41,6 +40,7 @@ from sg_reconciler.app.contracts import (
     VerifyInput,
     VerifyOutput,
 )
+from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
@@ -82,7 +82,7 @@ from sg_reconciler.errors import (
 
 if TYPE_CHECKING:
     # Only the re-planning steps import the live planner (cold start, issue 12 item 6).
-    from sg_reconciler.app.live_plan import LivePlan
+    from sg_reconciler.app.live_plan import LivePlan, Replan
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
@@ -182,7 +182,7 @@ def release_after_stop(event: object, locks: LockStore, state_machine_arn: str) 
 def refresh_plan(
     event: object,
     store: PlanStorage,
-    replan: Callable[[Scope], LivePlan],
+    replan: Replan,
     settle_seconds: int,
     owner: str,
     pacing: Pacing,
@@ -192,7 +192,7 @@ def refresh_plan(
     that keeps the writes at the deployment's rate."""
     request = parse(RefreshInput, event)
     groups = _groups(request, store)
-    live = replan(Scope(group_ids=frozenset(groups)))
+    live = replan(Scope(group_ids=frozenset(groups)), stored_scope(store, request.groups_key))
     result = _locked_plan(live, groups)
     doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
     batches = phase_batches(doc, pacing.concurrency)
@@ -222,19 +222,23 @@ def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, A
 
 
 def replan_revokes(
-    event: object, store: PlanStorage, replan: Callable[[Scope], LivePlan], pacing: Pacing
+    event: object, store: PlanStorage, replan: Replan, pacing: Pacing
 ) -> dict[str, Any]:
     """'Re-plan the revokes after the settle' (invariant 11): the desired state read again,
     under the locks, after the wait. Only rules stale in both plans are revoked, each guarded
     by the new desired rules; when the new plan wants rules that do not exist yet (or the
-    brake holds it), nothing is revoked and the next run takes over."""
+    brake holds it), nothing is revoked and the next run takes over. A plan from an event's
+    narrow read only authorizes, so it has nothing to re-plan here and reads nothing."""
     request = parse(RefreshInput, event)
     groups = _groups(request, store)
     before, _ = stored_phases(store, request.plan_id)
+    stale_before = {i for s in before.steps if isinstance(s, Revoke) for i in s.rule_ids}
+    if not stale_before and stored_scope(store, request.groups_key) is not None:
+        store.put_phase(request.plan_id, "revoke", [])
+        return RevokesOutput(revoke=[], deferred="").model_dump()
     live = replan(Scope(group_ids=frozenset(groups)))
     now = _locked_plan(live, groups)
     after = split_phases(now.steps)
-    stale_before = {i for s in before.steps if isinstance(s, Revoke) for i in s.rule_ids}
     wanted = [s for _, steps in after.authorize for s in steps] + list(after.ordered)
     deferred = ""
     if wanted:

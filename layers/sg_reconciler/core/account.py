@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sg_reconciler.core.quota import PrefixListSize
-from sg_reconciler.core.rules import Rule
+from sg_reconciler.core.rules import Peer, Rule
 
 TargetKind = Literal["instance", "ip", "lambda", "alb"]
 Tags = tuple[tuple[str, str], ...]
@@ -96,3 +96,5 @@ class Inventory:
     prefix_lists: Mapping[str, PrefixListSize] = field(default_factory=dict)
     account_rule_quota: int | None = None  # Service Quotas L-0EA8095F, when it could be read
     vpc_cidrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # IPv4 and IPv6
+    # An event-scoped read (core/narrow.py): the peers it is exact for; None: a full read.
+    narrowed_to: frozenset[Peer] | None = None

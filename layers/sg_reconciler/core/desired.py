@@ -200,6 +200,15 @@ def preserves_client_ip(lb: LoadBalancer, tg: TargetGroup) -> bool:
     return tg.target_type == "instance"
 
 
+def source_groups(lb: LoadBalancer, binding: Binding) -> tuple[str, ...]:
+    """The groups a binding admits a load balancer's traffic from (group sources only)."""
+    if binding.source == "load_balancer_addresses":
+        return ()
+    if binding.backend_group is not None:
+        return (binding.backend_group,)
+    return lb.security_groups
+
+
 @dataclass(frozen=True)
 class _Peers:
     traffic: tuple[Peer, ...]
@@ -245,17 +254,17 @@ class _Builder:
                 "load_balancer_addresses admits it by address)"
             )
             return []
-        if binding.backend_group is not None:
-            backend = binding.backend_group
-            if backend not in lb.security_groups:
-                self.notes.append(
-                    f"load balancer {lb.name} does not carry the backend group {backend}: "
-                    "rules from that group will not admit its traffic"
-                )
-            candidates = [backend]
-        else:
-            candidates = list(lb.security_groups)
-        return [Peer("group", g) for g in candidates if self.exists(g, f"rule source of {lb.name}")]
+        backend = binding.backend_group
+        if backend is not None and backend not in lb.security_groups:
+            self.notes.append(
+                f"load balancer {lb.name} does not carry the backend group {backend}: "
+                "rules from that group will not admit its traffic"
+            )
+        return [
+            Peer("group", g)
+            for g in source_groups(lb, binding)
+            if self.exists(g, f"rule source of {lb.name}")
+        ]
 
     def client_peers(self, lb: LoadBalancer, binding: Binding) -> list[Peer]:
         """Every client CIDR of both families; the caller keeps the target group's."""

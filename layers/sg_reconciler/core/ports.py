@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.plan import Adopt
 from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
+from sg_reconciler.core.scope import Scope
 
 if TYPE_CHECKING:
     from sg_reconciler.policy import Policy
@@ -144,4 +145,6 @@ class InventoryReader(Protocol):
     """Read what the desired state of `policy` depends on, with the given clients (EC2,
     ELBv2 and optionally Service Quotas)."""
 
-    def __call__(self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None) -> Inventory: ...
+    def __call__(
+        self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None, scope: Scope | None = None
+    ) -> Inventory: ...

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+TARGET_GROUP_ARN_PART = ":targetgroup/"
 
 
 @dataclass(frozen=True)
@@ -39,4 +42,17 @@ class Scope:
     def __bool__(self) -> bool:
         return self.full or bool(
             self.group_ids or self.load_balancer_arns or self.target_group_arns or self.instance_ids
+        )
+
+    def items(self) -> list[dict[str, str]]:
+        """An event scope's load balancers and target groups, as the plan store keeps them
+        for the refresh (groups, instances and `full` never narrow a read: not kept)."""
+        return [{"arn": a} for a in sorted(self.load_balancer_arns | self.target_group_arns)]
+
+    @classmethod
+    def from_items(cls, items: Iterable[Mapping[str, Any]]) -> Scope:
+        arns = {str(item["arn"]) for item in items}
+        targets = {a for a in arns if TARGET_GROUP_ARN_PART in a}
+        return cls(
+            load_balancer_arns=frozenset(arns - targets), target_group_arns=frozenset(targets)
         )
