@@ -56,6 +56,16 @@ POWERTOOLS = (
     "from aws_lambda_powertools import Logger, Metrics\n"
     "Logger(service='sg-reconciler'); Metrics(service='sg-reconciler', namespace='SGReconciler')"
 )
+# What any step with typed contracts imports before our code: boto3, Powertools as the stack
+# runs it (the Tracer on, patching botocore) and pydantic with one small model.
+CONTRACT_FLOOR = (
+    POWERTOOLS + "\nfrom aws_lambda_powertools import Tracer\n"
+    "Tracer(service='sg-reconciler', patch_modules=('botocore',))\n"
+    "from pydantic import BaseModel\n"
+    "class Input(BaseModel):\n    plan_id: str\n"
+    "Input(plan_id='p')"
+)
+BASELINES = ("import boto3", "boto3 + Powertools Logger/Metrics", "floor with typed contracts")
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -221,6 +231,7 @@ def measure(staged: Path, repeat: int, one_function: bool = True) -> dict[str, A
     any_env = next(iter(functions.values()))["env"]
     targets["import boto3"] = (BOTO3, staged, {"AWS_REGION": REGION})
     targets["boto3 + Powertools Logger/Metrics"] = (POWERTOOLS, staged, any_env)
+    targets["floor with typed contracts"] = (CONTRACT_FLOOR, staged, any_env)
     for logical, f in functions.items():
         statement = f"import {f['module']} as m; m.{f['handler']}"
         targets[logical] = (statement, staged / f["folder"], f["env"])
