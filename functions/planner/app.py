@@ -78,9 +78,10 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         name="PlansFailed", unit=MetricUnit.Count, value=int(result.outcome == "failed")
     )
     metrics.add_metric(name="RevokesHeld", unit=MetricUnit.Count, value=int(bool(result.held)))
-    metrics.add_metric(
-        name="OwnedRulesOutsideScope", unit=MetricUnit.Count, value=result.unreached_groups
-    )
+    if result.unreached_groups is not None:  # a narrow read does not count them
+        metrics.add_metric(
+            name="OwnedRulesOutsideScope", unit=MetricUnit.Count, value=result.unreached_groups
+        )
     if result.held:
         logger.error(f"revokes held by the brake: {result.held}")
     if result.released:

@@ -166,3 +166,17 @@ def test_a_plan_from_an_event_scoped_read_keeps_that_scope_for_the_refresh() -> 
     assert narrow.narrows == full.narrows == [event]  # both tried narrowly
     assert stored_scope(narrow.plans, plan.plan_id()) == event
     assert stored_scope(full.plans, plan.plan_id()) is None  # its refresh reads in full
+
+
+def test_a_plan_from_the_full_read_clears_the_scope_an_earlier_narrow_plan_kept() -> None:
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    event = Scope(target_group_arns=frozenset({"arn:aws:elasticloadbalancing:r:1:targetgroup/w/1"}))
+    records: list[tuple[str, Parsed]] = [("m1", Relevant("e1", "RegisterTargets", event))]
+    narrow, full = Recorder(plan, narrowed=True), Recorder(plan)
+    full.plans = narrow.plans  # one plan store: the same steps, so the same key
+
+    plan_batch(records, narrow.replan, narrow.start, 0.0, narrow.plans)
+    plan_batch(records, full.replan, full.start, 1000.0, full.plans)
+
+    assert stored_scope(full.plans, plan.plan_id()) is None

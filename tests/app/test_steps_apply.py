@@ -527,20 +527,19 @@ def test_the_whole_run_on_fakes_converges_and_a_second_run_changes_nothing(
     assert world.run(Plan((Revoke(G1, ("sgr-gone",)),)))["status"] == "unchanged"
 
 
-def test_an_event_scoped_plan_is_refreshed_narrowly_and_reads_nothing_after_the_settle(
-    world: World,
-) -> None:
-    world.desired = [rule(G1, 443)]
-    checked = world.check(Plan((Authorize(G1, (rule(G1, 443),)),)))
-    world.lock(checked)
-    event = Scope(target_group_arns=frozenset({"arn:aws:elasticloadbalancing:r:1:targetgroup/w/1"}))
-    put_scope(world.plans, checked["groups_key"], event)
+def refresh_and_replan_revokes(
+    world: World, checked: dict[str, Any], narrowed: bool
+) -> tuple[list[tuple[Scope, Scope | None]], dict[str, Any], dict[str, Any]]:
+    """The refresh, its authorizations and the revoke re-plan, with a planner that plans
+    narrowly (returns its plan marked as from the event's read) or falls back to the full
+    read."""
     asked: list[tuple[Scope, Scope | None]] = []
     plan_live = world.replan()
 
     def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         asked.append((scope, narrow))
-        return plan_live(scope, narrow)
+        live = plan_live(scope, narrow)
+        return replace(live, narrowed=narrow if narrowed else None)
 
     work = steps.refresh_plan(
         world.groups(checked, plan_id=checked["plan_id"]),
@@ -550,13 +549,50 @@ def test_an_event_scoped_plan_is_refreshed_narrowly_and_reads_nothing_after_the_
         world.owner,
         world.pacing,
     )
+    for batch in work["batches"]["authorize"]:  # "Authorize new rules", as the machine does
+        world.apply("authorize", batch, checked, len(work["batches"]["authorize"]))
     revokes = steps.replan_revokes(
         world.groups(checked, plan_id=checked["plan_id"], mode="revokes"),
         world.plans,
         replan,
         world.pacing,
     )
+    return asked, work, revokes
+
+
+EVENT = Scope(target_group_arns=frozenset({"arn:aws:elasticloadbalancing:r:1:targetgroup/w/1"}))
+
+
+def test_an_event_scoped_plan_is_refreshed_narrowly_and_reads_nothing_after_the_settle(
+    world: World,
+) -> None:
+    world.rules.add_group(G1)
+    world.desired = [rule(G1, 443)]
+    checked = world.check(Plan((Authorize(G1, (rule(G1, 443),)),)))
+    world.lock(checked)
+    put_scope(world.plans, checked["groups_key"], EVENT)
+
+    asked, work, revokes = refresh_and_replan_revokes(world, checked, narrowed=True)
 
     assert work["changed"] is True
-    assert asked == [(Scope(group_ids=frozenset({G1})), event)]  # the refresh only
+    assert asked == [(Scope(group_ids=frozenset({G1})), EVENT)]  # the refresh only
     assert revokes == {"revoke": [], "deferred": ""}
+
+
+def test_a_refresh_that_fell_back_to_the_full_read_has_its_revokes_re_planned(
+    world: World,
+) -> None:
+    # The planner's plan came from the event's read (add 80); under the locks our 443 needs
+    # a new description too, so the full read decides: its tail (the description) must run.
+    world.rules.add_group(G1)
+    world.rules.put(rule(G1, 443, description="old"), owner=world.owner)
+    world.desired = [rule(G1, 80), rule(G1, 443, description="new")]
+    checked = world.check(Plan((Authorize(G1, (rule(G1, 80),)),)))
+    world.lock(checked)
+    put_scope(world.plans, checked["groups_key"], EVENT)
+
+    asked, work, revokes = refresh_and_replan_revokes(world, checked, narrowed=False)
+
+    assert [narrow for _, narrow in asked] == [EVENT, None]  # tried, then re-planned after
+    assert work["summary"]["rules_modified"] == 1
+    assert revokes["revoke"] == [0]

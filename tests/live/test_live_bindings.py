@@ -94,11 +94,11 @@ def test_without_the_prefix_lookup_a_pod_on_a_delegated_prefix_is_a_lookup_miss(
         TargetGroupArn=elbv2.describe_target_groups(Names=["b-pods"])["TargetGroups"][0][
             "TargetGroupArn"
         ],
-        Targets=[{"Id": "10.0.1.200"}],  # in no interface's address or prefix
+        Targets=[{"Id": "10.0.3.200"}],  # in the VPC, in no subnet: no interface can hold it
     )
     live = plan(ec2, elbv2, w.policy())
     assert live.state is not None
-    assert "10.0.1.200" in {m.target_id for m in live.state.lookup_misses}
+    assert "10.0.3.200" in {m.target_id for m in live.state.lookup_misses}
 
 
 def test_bindings_that_disagree_on_one_flow_refuse_the_plan_naming_both(

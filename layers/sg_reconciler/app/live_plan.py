@@ -25,7 +25,7 @@ from sg_reconciler.core.desired import (
     compute_desired,
     touched_groups,
 )
-from sg_reconciler.core.narrow import stands
+from sg_reconciler.core.narrow import leaves_room, stands
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import defer_revokes, make_plan
 from sg_reconciler.core.ports import InventoryReader
@@ -87,7 +87,6 @@ def plan_from_inventory(
     whole reconcile; see `make_plan`. Owned rules in groups the policy does not reach
     (another VPC) are reported and never touched (invariant 10). `released` says whether an
     operator released the brake for a set of revocations (invariant 12)."""
-    quota = policy.rule_quota(inventory.account_rule_quota)
     state = compute_desired(inventory, policy.desired_settings())
     conflicts = [f"policy: {why}" for why in state.conflicts.values()]
     if conflicts and not partial:
@@ -101,9 +100,7 @@ def plan_from_inventory(
     current = [r for r in inventory.rules if r.group_id in groups]
     if inventory.narrowed_to is not None:
         desired = _narrowed(desired, current, inventory.narrowed_to, policy)
-    limits = Limits(
-        quota - policy.quota_headroom, per_family=True, prefix_lists=inventory.prefix_lists
-    )
+    limits = _limits(policy, inventory)
     adopt = policy.adopts if policy.adopt_descriptions else None
     result = make_plan(current, desired, policy.owner, limits, partial=partial, adopt=adopt)
     if conflicts and isinstance(result, Plan):
@@ -159,6 +156,11 @@ def plan_from_inventory(
         unreached=tuple(unreached),
         names=_names(inventory, groups, desired),
     )
+
+
+def _limits(policy: Policy, inventory: Inventory) -> Limits:
+    quota = policy.rule_quota(inventory.account_rule_quota) - policy.quota_headroom
+    return Limits(quota, per_family=True, prefix_lists=inventory.prefix_lists)
 
 
 def _narrowed(
@@ -223,10 +225,19 @@ def compute_live_plan(
     account's rule quota; without it the AWS default applies unless the policy sets one.
     `read` reads the account (a fake in tests)."""
     inventory = read(ec2, elbv2, policy, quotas, narrow)
-    if inventory.narrowed_to is not None and narrow is not None:
+    peers = inventory.narrowed_to
+    if peers is not None and narrow is not None:
         live = plan_from_inventory(inventory, policy, narrow, partial=partial, released=released)
         within = scope.group_ids if scope is not None else frozenset()
-        if live.state is not None and not live.state.conflicts and stands(live.result, within):
+        if (
+            live.state is not None
+            and not live.state.conflicts
+            and stands(live.result, within)
+            and isinstance(live.result, Plan)
+            and leaves_room(
+                live.result, live.current, peers, policy.owner, _limits(policy, inventory)
+            )
+        ):
             return replace(live, narrowed=narrow)
         inventory = read(ec2, elbv2, policy, quotas)  # the full read decides
     return plan_from_inventory(inventory, policy, scope, partial=partial, released=released)

@@ -39,7 +39,8 @@ class BatchResult:
     refused_groups: int = 0  # groups a partial plan holds back (their revokes wait)
     held: str = ""  # the brake holds the revokes: why
     released: str = ""  # an operator released the brake: the fingerprint let through
-    unreached_groups: int = 0  # groups with owned rules the policy does not reach
+    # groups with owned rules the policy does not reach; None: a narrow read does not know
+    unreached_groups: int | None = 0
     failed_message_ids: list[str] = field(default_factory=list)
 
 
@@ -73,7 +74,7 @@ def plan_batch(
     try:
         live = replan(scope, scope)
         plan = live.result
-        result.unreached_groups = len(live.unreached)
+        result.unreached_groups = None if live.narrowed else len(live.unreached)
         if live.brake is not None:
             result.held = "" if live.released else live.brake.reason
             result.released = live.brake.fingerprint if live.released else ""
@@ -90,8 +91,7 @@ def plan_batch(
             return result
         name = execution_name(plan, now)
         key = plan.plan_id()
-        if live.narrowed is not None:
-            put_scope(store, key, live.narrowed)
+        put_scope(store, key, live.narrowed)
         execution_input = ExecutionInput(
             plan_id=name,
             plan_ref=PlanRef(

@@ -1,5 +1,8 @@
-"""The event scope a plan was planned from by a narrow read, kept beside its groups in the
-plan store, so that the refresh under the locks reads narrowly too (core/narrow.py)."""
+"""The event scope a plan came from by a narrow read (core/narrow.py), in the plan store:
+beside the plan's groups (keyed by its hash) for the refresh under the locks to read the
+same way, and under the execution's name once its refresh planned from it, for "Re-plan the
+revokes after the settle" to know there is nothing to re-plan. A plan from a full read
+clears it: the same steps may come from either."""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ SCOPE_PART = "scope"
 ITEMS_PER_PART = 500
 
 
-def put_scope(store: PlanStorage, key: str, scope: Scope) -> None:
-    items = scope.items()
+def put_scope(store: PlanStorage, key: str, scope: Scope | None) -> None:
+    items = [] if scope is None else scope.items()
     store.put_phase(
         key,
         SCOPE_PART,

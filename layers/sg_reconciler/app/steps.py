@@ -40,7 +40,7 @@ from sg_reconciler.app.contracts import (
     VerifyInput,
     VerifyOutput,
 )
-from sg_reconciler.app.scope_store import stored_scope
+from sg_reconciler.app.scope_store import put_scope, stored_scope
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
@@ -194,6 +194,7 @@ def refresh_plan(
     groups = _groups(request, store)
     live = replan(Scope(group_ids=frozenset(groups)), stored_scope(store, request.groups_key))
     result = _locked_plan(live, groups)
+    put_scope(store, request.plan_id, live.narrowed)  # a retried refresh may read in full
     doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
     batches = phase_batches(doc, pacing.concurrency)
     for phase in PHASE_NAMES:
@@ -233,7 +234,7 @@ def replan_revokes(
     groups = _groups(request, store)
     before, _ = stored_phases(store, request.plan_id)
     stale_before = {i for s in before.steps if isinstance(s, Revoke) for i in s.rule_ids}
-    if not stale_before and stored_scope(store, request.groups_key) is not None:
+    if not stale_before and stored_scope(store, request.plan_id) is not None:
         store.put_phase(request.plan_id, "revoke", [])
         return RevokesOutput(revoke=[], deferred="").model_dump()
     live = replan(Scope(group_ids=frozenset(groups)))

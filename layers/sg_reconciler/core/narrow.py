@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from sg_reconciler.core.account import LoadBalancer
 from sg_reconciler.core.desired import Binding, DesiredSettings, source_groups
 from sg_reconciler.core.plan import Authorize, Plan, Refusal
-from sg_reconciler.core.rules import Peer
+from sg_reconciler.core.quota import Limits, add
+from sg_reconciler.core.rules import Peer, Rule, RuleKey
 from sg_reconciler.core.scope import Scope
 
 
@@ -81,11 +82,32 @@ def narrow(
 
 
 def stands(result: Plan | Refusal, within: Collection[str] = ()) -> bool:
-    """Whether a plan from a narrow read may run: it only authorizes, refuses no group and,
-    when `within` names groups (the refresh's locks), changes only those."""
+    """Whether a plan from a narrow read may run: it only authorizes, refuses no group, the
+    brake held nothing of it (the brake's counts need the full read) and, when `within`
+    names groups (the refresh's locks), it changes only those."""
     return (
         isinstance(result, Plan)
         and not result.refused
+        and not result.held
         and all(isinstance(step, Authorize) for step in result.steps)
         and (not within or set(result.groups) <= set(within))
     )
+
+
+def leaves_room(
+    plan: Plan, current: Iterable[Rule], peers: frozenset[Peer], owner: str, limits: Limits
+) -> bool:
+    """Whether each group the plan adds to keeps room to replace, make-before-break, every
+    rule of ours the narrow read did not judge: only the full read knows whether they must
+    change, and an addition must not take the room that change needs (invariant 9)."""
+    added: dict[str, list[RuleKey]] = {}
+    for step in plan.steps:
+        if isinstance(step, Authorize):
+            added.setdefault(step.group_id, []).extend(r.key for r in step.rules)
+    for group, keys in added.items():
+        rules = [r for r in current if r.group_id == group]
+        unjudged = [r.key for r in rules if r.owned_by(owner) and r.key.peer not in peers]
+        used = limits.usage([*(r.key for r in rules), *keys])
+        if not limits.fits(add(used, limits.usage(unjudged)), group):
+            return False
+    return True
