@@ -13,7 +13,7 @@ from sg_reconciler.app.plan_batch import plan_batch
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, metrics, tracer
 from sg_reconciler.settings import PlannerSettings, load_settings
-from sg_reconciler.trigger.classify import Ignored, Parsed, parse_record
+from sg_reconciler.trigger.classify import Ignored, Parsed, parse_record, parse_sqs_record
 from sg_reconciler.wiring import execution_starter, live_planner, plan_store
 
 # The trigger module logs each ignored event with the standard library; give it our format.
@@ -24,27 +24,19 @@ def _records(event: Any, settings: PlannerSettings) -> list[tuple[str, Parsed]]:
     """SQS records (message id, parsed body), or the scheduled event itself.
 
     Lambda's SQS and schedule triggers always send objects, but a direct invoke may send any
-    JSON: what is not an object is ignored like any unreadable trigger instead of failing.
+    JSON: what is not an object, or not an SQS record in a batch, is ignored like any
+    unreadable trigger instead of failing.
     """
-
-    def parse(body: Any) -> Parsed:
-        return parse_record(
-            body,
-            account_id=settings.account_id,
-            region=settings.region,
-            own_role_arns=settings.own_roles,
-        )
-
+    where = {"account_id": settings.account_id, "region": settings.region}
+    own = settings.own_roles
     if not isinstance(event, dict):
         return [("event", Ignored(None, f"event is a JSON {type(event).__name__}, not an object"))]
     if isinstance(event.get("Records"), list):
         return [
-            (str(r.get("messageId", i)), parse(r.get("body", "")))
-            if isinstance(r, dict)
-            else (str(i), Ignored(None, f"SQS record is a JSON {type(r).__name__}, not an object"))
+            parse_sqs_record(r, i, **where, own_role_arns=own)
             for i, r in enumerate(event["Records"])
         ]
-    return [(str(event.get("id", "event")), parse(event))]
+    return [(str(event.get("id", "event")), parse_record(event, **where, own_role_arns=own))]
 
 
 @logger.inject_lambda_context(clear_state=True)

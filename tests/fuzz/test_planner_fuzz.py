@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from event_samples import ACCOUNT_ID, REGION, key_paths, load_event, parent_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import event as label
 from hypothesis import strategies as st
 from live.world import build_world
+from pydantic import ValidationError
 from sg_reconciler.trigger.classify import Relevant, parse_record
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
 from sg_reconciler_tools.local import Fault, FaultInjector, FunctionFailed, LocalRuntime, moto_hooks
@@ -201,8 +203,18 @@ def lambda_events(draw: st.DrawFn, harness: Harness) -> Any:
 # ---------------------------------------------------------------- the oracle
 
 
+def sqs_message(record: Any) -> Any:
+    """The record as an SQS message with a text body (Powertools' model), or None."""
+    try:
+        message = SqsRecordModel.model_validate(record)
+    except ValidationError:
+        return None
+    return message if isinstance(message.body, str) else None
+
+
 def relevant_message_ids(event: Any, harness: Harness) -> set[str]:
-    """The records that deserve a plan, judged by `parse_record` as SQS delivers them."""
+    """The records that deserve a plan: SQS messages whose body `parse_record` finds
+    relevant (a record that is not an SQS message is ignored, whatever its body)."""
 
     def relevant(body: Any) -> bool:
         return isinstance(
@@ -214,9 +226,9 @@ def relevant_message_ids(event: Any, harness: Harness) -> set[str]:
 
     if isinstance(event, dict) and isinstance(event.get("Records"), list):
         return {
-            str(record.get("messageId", index))
-            for index, record in enumerate(event["Records"])
-            if isinstance(record, dict) and relevant(record.get("body", ""))
+            message.messageId
+            for record in event["Records"]
+            if (message := sqs_message(record)) is not None and relevant(message.body)
         }
     if isinstance(event, dict) and relevant(event):
         return {str(event.get("id", "event"))}

@@ -17,7 +17,13 @@ from event_samples import (
 from hypothesis import given
 from hypothesis import strategies as st
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant, parse_record
+from sg_reconciler.trigger.classify import (
+    Ignored,
+    Parsed,
+    Relevant,
+    parse_record,
+    parse_sqs_record,
+)
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
 
 OWN = frozenset({"arn:aws:iam::123456789012:role/sg-reconciler-ApplyStepsRole-0A1B2C3D4E5F"})
@@ -84,7 +90,7 @@ def test_truncated_sqs_body_is_ignored(name: str, data: st.DataObject) -> None:
     record = load_event(name)["Records"][0]
     record["body"] = record["body"][: data.draw(st.integers(0, len(record["body"]) - 1))]
 
-    assert isinstance(parse(record), Ignored)
+    assert isinstance(sqs(record)[1], Ignored)
 
 
 @given(json_values)
@@ -133,3 +139,55 @@ def test_own_calls_stay_ignored_whatever_else_changes(
     parent_of(event, path)[path[-1]] = value
 
     assert isinstance(parse(event), Ignored)
+
+
+def sqs(record: Any, index: int = 0) -> tuple[str, Parsed]:
+    return parse_sqs_record(record, index, account_id=ACCOUNT_ID, region=REGION, own_role_arns=OWN)
+
+
+@given(st.sampled_from([f"sqs/{n}" for n in EVENT_NAMES]))
+def test_an_sqs_record_is_read_with_the_powertools_model_and_its_body_classified(
+    name: str,
+) -> None:
+    record = load_event(name)["Records"][0]
+
+    assert sqs(record) == (record["messageId"], parse(record["body"]))
+    assert isinstance(sqs(record)[1], Relevant)
+
+
+@given(st.sampled_from([f"sqs/{n}" for n in EVENT_NAMES]), st.data(), json_values)
+def test_a_damaged_sqs_record_is_ignored_under_its_message_id_or_position(
+    name: str, data: st.DataObject, value: Any
+) -> None:
+    record = load_event(name)["Records"][0]
+    key = data.draw(st.sampled_from(sorted(record)))
+    if data.draw(st.booleans()):
+        del record[key]
+    else:
+        record[key] = value
+
+    message_id, parsed = sqs(record, 7)
+
+    if isinstance(parsed, Ignored) and parsed.reason.startswith("not an SQS record"):
+        mid = record.get("messageId")
+        assert message_id == (mid if isinstance(mid, str) else "7")
+    else:  # what the model tolerates (an optional key, a value it accepts)
+        assert message_id == record["messageId"]
+
+
+@given(json_values)
+def test_a_record_that_is_no_object_is_ignored_under_its_position(value: Any) -> None:
+    message_id, parsed = sqs([value], 3)
+
+    assert message_id == "3"
+    assert isinstance(parsed, Ignored) and parsed.reason.startswith("not an SQS record")
+
+
+def test_an_sqs_record_whose_body_is_no_text_is_ignored() -> None:
+    record = load_event("sqs/RegisterTargets")["Records"][0]
+    record["body"] = load_event("eventbridge/RegisterTargets")
+
+    message_id, parsed = sqs(record)
+
+    assert message_id == record["messageId"]
+    assert parsed == Ignored(None, "SQS record body is not text")

@@ -17,6 +17,7 @@ from sg_reconciler.trigger.classify import (
     Relevant,
     load_balancer_arn_of,
     parse_record,
+    parse_sqs_record,
 )
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
 
@@ -86,6 +87,14 @@ def parse(body: str | dict[str, Any], own: frozenset[str] = OWN_ROLES) -> Parsed
     return parse_record(body, account_id=ACCOUNT_ID, region=REGION, own_role_arns=own)
 
 
+def parse_sqs(record: dict[str, Any]) -> Parsed:
+    message_id, parsed = parse_sqs_record(
+        record, 0, account_id=ACCOUNT_ID, region=REGION, own_role_arns=OWN_ROLES
+    )
+    assert message_id == record["messageId"]
+    return parsed
+
+
 def sample(name: str) -> dict[str, Any]:
     event: dict[str, Any] = load_event(f"eventbridge/{name}")
     return event
@@ -109,7 +118,7 @@ def test_each_sample_yields_its_scope_in_every_delivery_form(name: str) -> None:
     assert parse(event) == expected
     assert parse(json.dumps(event)) == expected
     assert parse(record["body"]) == expected
-    assert parse(record) == expected  # a whole SQS record is unwrapped too
+    assert parse_sqs(record) == expected  # as the planner reads an SQS batch
 
 
 def test_scheduled_event_asks_for_everything() -> None:
@@ -465,7 +474,7 @@ def test_a_batch_of_50_events_merges_into_one_scope() -> None:
     records = [load_event(f"sqs/{narrow[i % len(narrow)]}")["Records"][0] for i in range(50)]
 
     # When each record is parsed and the relevant scopes merged
-    results = [parse(r) for r in records]
+    results = [parse_sqs(r) for r in records]
     merged = Scope.merge(r.scope for r in results if isinstance(r, Relevant))
 
     # Then nothing is ignored and the merged scope is the union of all expected scopes
@@ -486,7 +495,7 @@ def test_one_wide_event_makes_the_whole_batch_everything() -> None:
 def test_the_burst_sample_merges_into_the_release_scope() -> None:
     records = load_event("sqs/burst")["Records"]
 
-    results = [parse(r) for r in records]
+    results = [parse_sqs(r) for r in records]
 
     assert all(isinstance(r, Relevant) for r in results)
     relevant = [r for r in results if isinstance(r, Relevant)]

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
 from pydantic import ValidationError
 
 from sg_reconciler.core.scope import Scope
@@ -101,7 +101,7 @@ def parse_record(
     region: str,
     own_role_arns: frozenset[str],
 ) -> Parsed:
-    """Classify one trigger: an EventBridge event as JSON text or dict (an SQS record is unwrapped).
+    """Classify one trigger: an EventBridge event as JSON text or dict.
 
     Never raises: anything unreadable becomes `Ignored`, logged once at INFO.
     """
@@ -121,6 +121,32 @@ def parse_record(
             extra={"event_id": parsed.event_id, "reason": parsed.reason},
         )
     return parsed
+
+
+def parse_sqs_record(
+    record: object,
+    index: int,
+    *,
+    account_id: str,
+    region: str,
+    own_role_arns: frozenset[str],
+) -> tuple[str, Parsed]:
+    """One record of an SQS batch, read with Powertools' SqsRecordModel, and its body
+    classified: (message id, what it is). A record that is not an SQS message (only a hand
+    invoke sends one) is ignored like any unreadable trigger, under its message id if it has
+    one, else its position."""
+    try:
+        message = SqsRecordModel.model_validate(record)
+    except ValidationError as exc:
+        found = record.get("messageId") if isinstance(record, dict) else None
+        ignored = Ignored(None, _short(f"not an SQS record: {_first_error(exc)}"))
+        logger.info("ignored SQS record: %s", ignored.reason, extra={"reason": ignored.reason})
+        return (found if isinstance(found, str) else str(index)), ignored
+    if not isinstance(message.body, str):  # the model also admits parsed bodies; SQS sends text
+        return message.messageId, Ignored(None, "SQS record body is not text")
+    return message.messageId, parse_record(
+        message.body, account_id=account_id, region=region, own_role_arns=own_role_arns
+    )
 
 
 def scope_of(detail: CloudTrailDetail) -> Scope:
@@ -264,18 +290,13 @@ def _parse(
 
 
 def _load(body: str | Mapping[str, Any]) -> dict[str, Any] | Ignored:
-    """JSON text or a dict; an SQS record (from the Lambda event) is unwrapped to its body."""
+    """An event as JSON text or a dict (SQS records are read by `parse_sqs_record`)."""
     value: Any = body
-    for _ in range(2):  # at most: SQS record -> body text -> event
-        if isinstance(value, str | bytes):
-            try:
-                value = json.loads(value)
-            except (ValueError, RecursionError) as exc:
-                return Ignored(None, _short(f"body is not JSON: {exc}"))
-        if isinstance(value, Mapping) and value.get("eventSource") == "aws:sqs" and "body" in value:
-            value = value["body"]
-            continue
-        break
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            return Ignored(None, _short(f"body is not JSON: {exc}"))
     if not isinstance(value, Mapping):
         return Ignored(None, f"body is a JSON {type(value).__name__}, not an object")
     return dict(value)
