@@ -194,7 +194,7 @@ def cold_start_rows(f: dict[str, Any]) -> list[Row]:
             continue
         target = "<= 1.5x boto3" if name == "PlannerFunction" else "<= 1.2x boto3"
         was = before["imports"].get(name) if before else None
-        anchor = f"target {target}" + (
+        anchor = f"target {target}; CPU {figures['cpu_s'] / floor['cpu_s']:.2f}x the floor" + (
             f"; before ({f['before_ref']}): {_import_figure(was)}" if was else ""
         )
         rows.append(
