@@ -46,23 +46,44 @@ def first_reconcile(groups: int, ports: int = PORTS) -> dict[str, Any]:
     settings (WritesPerSecond 5: three items at once; the pacer's waits are recorded, not
     slept, as the runtime's Wait states are)."""
     quiet_handlers()
+    counts: Counter[str] = Counter()
+
+    def count(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+        counts[operation] += 1
+        return proceed()
+
     with LocalRuntime(TEMPLATE, parameters={"WritesPerSecond": "5"}) as runtime:
         world = build_large_world(runtime, groups=groups, ports=ports)
-        started = time.monotonic()
-        execution = run_planner(world, scheduled_event())
-        if execution is None:
-            raise RuntimeError("the first reconcile started no execution")
-        described = runtime.wait_for(execution, RUN_TIMEOUT)
+        patches = [
+            moto_hooks.intercept_api_call("ec2", op, count, layer=moto_hooks.OBSERVER_LAYER)
+            for op in COUNTED["ec2"]
+        ]
+        try:
+            started = time.monotonic()
+            execution = run_planner(world, scheduled_event())
+            if execution is None:
+                raise RuntimeError("the first reconcile started no execution")
+            described = runtime.wait_for(execution, RUN_TIMEOUT)
+            seconds = round(time.monotonic() - started, 1)
+        finally:
+            for patch in patches:
+                patch.undo()
         size, state = runtime.largest_state(execution)
+        output = json.loads(described.get("output") or "{}")
+        entered = [name for name, kind in runtime.history(execution) if kind.endswith("Entered")]
         return {
             "groups": groups,
             "changes": groups * ports,
             "status": described["status"],
-            "outcome": json.loads(described.get("output") or "{}").get("status", ""),
+            "outcome": output.get("status", ""),
+            "final_state": entered[-1] if entered else "",
+            "rules_authorized": output.get("summary", {}).get("rules_authorized", 0),
+            "planned_calls": output.get("summary", {}).get("calls", 0),
+            "ec2_calls": dict(sorted(counts.items())),
             "largest_state_bytes": size,
             "largest_state": state,
             "transitions": runtime.transitions(execution),
-            "seconds": round(time.monotonic() - started, 1),
+            "seconds": seconds,
         }
 
 
