@@ -151,6 +151,13 @@ INTERNALS = [
         "_wait_interval",
     ),
     ("moto.stepfunctions.parser.asl.component.common.retry.retrier_decl", None, "time"),
+    ("moto.ec2.models.tags", "TagBackend", "describe_tags"),
+    ("moto.ec2.models.core", "TaggedEC2Resource", "get_tags"),
+    ("moto.ec2.models.security_groups", "SecurityGroupBackend", "describe_security_group_rules"),
+    ("moto.ec2.models.security_groups", "SecurityGroupBackend", "describe_security_groups"),
+    ("moto.ec2.models.security_groups", None, "aws_api_matches"),
+    ("moto.ec2.utils", None, "EC2_PREFIX_TO_RESOURCE"),
+    ("moto.ec2.utils", None, "get_prefix"),
     ("moto.ec2.models.security_groups", "SecurityGroupRule", "__eq__"),
     ("moto.ec2.models.security_groups", "SecurityGroupRule", "description"),
     ("moto.ec2.models.security_groups", "SecurityGroupRule", "__init__"),
@@ -1140,6 +1147,237 @@ def test_backend_reading_matches_describe(mocked: Mocked) -> None:
     )
     assert sorted(direct, key=str) == sorted(via_api, key=str)
     assert all(rule.tag("team") == "a" for rule in direct)
+
+
+# Speed: lookups by id instead of region scans (answers unchanged) -------------------------
+
+
+@dataclass
+class TaggedWorld:
+    groups: list[str]  # tagged ones first, then one without tags
+    rules: list[str]
+    instance: str
+
+
+def tagged_world(mocked: Mocked) -> TaggedWorld:
+    """Tags on several resource types: groups (two teams), their rules (two owners), an
+    instance and its interface; one group without tags; rules that reference a group."""
+    groups = [
+        str(
+            mocked.ec2.create_security_group(
+                GroupName=f"tagged{i}",
+                Description="tagged",
+                VpcId=mocked.vpc,
+                TagSpecifications=[
+                    {
+                        "ResourceType": "security-group",
+                        "Tags": [{"Key": "team", "Value": f"t{i % 2}"}, {"Key": "k", "Value": "v"}],
+                    }
+                ],
+            )["GroupId"]
+        )
+        for i in range(4)
+    ]
+    groups.append(mocked.group("untagged"))
+    for i, group in enumerate(groups):
+        for port, peer in (
+            (80 + i, cidr_rule("10.0.0.0/8", 80 + i)),
+            (90, group_rule(groups[0], 90)),
+        ):
+            mocked.ec2.authorize_security_group_ingress(
+                GroupId=group,
+                IpPermissions=[peer],
+                TagSpecifications=[
+                    {
+                        "ResourceType": "security-group-rule",
+                        "Tags": [{"Key": "owner", "Value": f"o{(i + port) % 2}"}],
+                    }
+                ],
+            )
+    rules = sorted(
+        rule["SecurityGroupRuleId"]
+        for rule in mocked.ec2.describe_security_group_rules()["SecurityGroupRules"]
+    )
+    instance, interface = launch(mocked, subnet(mocked))
+    mocked.ec2.create_tags(Resources=[instance, interface], Tags=[{"Key": "team", "Value": "t0"}])
+    return TaggedWorld(groups, rules, instance)
+
+
+def lookup_answers(mocked: Mocked, world: TaggedWorld) -> list[Any]:
+    """What the describes the speed hooks touch answer, with errors as their codes."""
+
+    def answer(call: Callable[..., Any], key: str, **request: Any) -> Any:
+        try:
+            return call(**request)[key]
+        except ClientError as err:
+            return ("error", err.response["Error"]["Code"])
+
+    ec2 = mocked.ec2
+    tags, groups, rules = (
+        ec2.describe_tags,
+        ec2.describe_security_groups,
+        ec2.describe_security_group_rules,
+    )
+    by_id = [{"Name": "group-id", "Values": world.groups[1:3]}]
+    owner = {"Name": "tag:owner", "Values": ["o1"]}
+    resources = [*world.groups, *world.rules, world.instance, "sg-0000000000000000"]
+    return [
+        *(
+            answer(tags, "Tags", Filters=[{"Name": "resource-id", "Values": [r]}])
+            for r in resources
+        ),
+        answer(
+            tags, "Tags", Filters=[{"Name": "resource-id", "Values": [world.groups[0][:5] + "*"]}]
+        ),
+        answer(tags, "Tags", Filters=[{"Name": "key", "Values": ["team"]}]),
+        answer(tags, "Tags"),
+        *(
+            answer(groups, "SecurityGroups", Filters=[{"Name": "group-id", "Values": [g]}])
+            for g in world.groups
+        ),
+        answer(groups, "SecurityGroups", Filters=by_id),
+        answer(groups, "SecurityGroups", Filters=[*by_id, {"Name": "tag:team", "Values": ["t1"]}]),
+        answer(groups, "SecurityGroups", Filters=[{"Name": "group-id", "Values": ["sg-*"]}]),
+        answer(
+            groups,
+            "SecurityGroups",
+            Filters=[{"Name": "group-id", "Values": ["sg-0000000000000000"]}],
+        ),
+        answer(groups, "SecurityGroups", GroupIds=world.groups[:1], Filters=by_id),
+        answer(groups, "SecurityGroups"),
+        *(
+            answer(rules, "SecurityGroupRules", Filters=[{"Name": "group-id", "Values": [g]}])
+            for g in world.groups
+        ),
+        answer(rules, "SecurityGroupRules", Filters=by_id),
+        answer(rules, "SecurityGroupRules", Filters=[*by_id, owner]),
+        answer(rules, "SecurityGroupRules", Filters=[owner]),
+        answer(rules, "SecurityGroupRules", Filters=[{"Name": "group-id", "Values": ["sg-*"]}]),
+        answer(
+            rules,
+            "SecurityGroupRules",
+            Filters=[{"Name": "group-id", "Values": ["sg-0000000000000000"]}],
+        ),
+        answer(rules, "SecurityGroupRules", Filters=[{"Name": "group-id", "Values": ["bad-id"]}]),
+        answer(rules, "SecurityGroupRules", SecurityGroupRuleIds=world.rules[:2], Filters=by_id),
+        answer(
+            ec2.describe_instances, "Reservations", Filters=[{"Name": "tag:team", "Values": ["t0"]}]
+        ),
+    ]
+
+
+def test_the_lookup_hooks_answer_every_describe_as_moto_does(mocked: Mocked) -> None:
+    world = tagged_world(mocked)
+    alone = lookup_answers(mocked, world)
+    patches = moto_hooks.patch_ec2_lookups()
+    try:
+        hooked = lookup_answers(mocked, world)
+    finally:
+        for patch in reversed(patches):
+            patch.undo()
+    assert alone[-1] and alone[len(world.groups) + len(world.rules)], "the world has tags"
+    assert ("error", "InvalidGroupId.Malformed") in alone, "moto validates the ids"
+    for index, (before, after) in enumerate(zip(alone, hooked, strict=True)):
+        assert before == after, f"answer {index} differs with patch_ec2_lookups"
+    assert lookup_answers(mocked, world) == alone, "undone: moto's own answers again"
+
+
+def test_moto_alone_reads_every_tag_and_rule_of_the_region_for_one_group(
+    mocked: Mocked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gap the hooks close (time, not answers): reading one group's rules made moto scan
+    the whole tag map once per rule printed, and match every rule of the region against the
+    filter; with the hooks the cost is that group's. When the counts fall without the hooks,
+    moto indexes these lookups itself and the hooks can go."""
+    from moto.ec2.models.security_groups import SecurityGroup, SecurityGroupRule
+    from moto.ec2.models.tags import TagBackend
+
+    world = tagged_world(mocked)
+    counts: dict[str, int] = {"tag scans": 0, "rules matched": 0, "groups matched": 0}
+
+    def counting(name: str, original: Callable[..., Any], what: str) -> None:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counts[what] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(name, counted)
+
+    counting("moto.ec2.models.tags.TagBackend.describe_tags", TagBackend.describe_tags, "tag scans")
+    rule_matches, group_matches = SecurityGroupRule.matches_filters, SecurityGroup.matches_filters
+    counting(
+        "moto.ec2.models.security_groups.SecurityGroupRule.matches_filters",
+        rule_matches,
+        "rules matched",
+    )
+    counting(
+        "moto.ec2.models.security_groups.SecurityGroup.matches_filters",
+        group_matches,
+        "groups matched",
+    )
+    one_group = [{"Name": "group-id", "Values": [world.groups[1]]}]
+
+    def read_one_group() -> dict[str, int]:
+        counts.update(dict.fromkeys(counts, 0))
+        mocked.ec2.describe_security_group_rules(Filters=one_group)
+        mocked.ec2.describe_security_groups(Filters=one_group)
+        return dict(counts)
+
+    alone = read_one_group()
+    with moto_hooks.patch_tag_lookup_by_resource(), moto_hooks.patch_groups_by_id_filter():
+        hooked = read_one_group()
+    # every rule of the region (world.rules: egress and the default group's too), every group
+    assert alone["rules matched"] == len(world.rules) and alone["groups matched"] > len(
+        world.groups
+    )
+    assert alone["tag scans"] >= 3, alone  # one per rule printed (two) and per group (one)
+    assert hooked == {"tag scans": 0, "rules matched": 3, "groups matched": 1}, hooked
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        ("sg-0123", "sg-0123"),
+        ("sg-0123", "sg-01234"),
+        ("sg-0123", "SG-0123"),
+        ("sg-0123", "sg-0123\n"),
+        ("sg-0123", "sg-0123\n\n"),
+        ("80", 80),
+        ("sg-01*", "sg-0123"),
+        ("sg-01?3", "sg-0123"),
+        ("10.0.0.1", "10x0y0z1"),
+        ("", ""),
+        ("a b", "a b"),
+    ],
+)
+def test_literal_filter_values_match_as_moto_matches_them(pattern: str, text: Any) -> None:
+    from moto.core.utils import aws_api_matches
+
+    security_groups: Any = importlib.import_module("moto.ec2.models.security_groups")
+    with moto_hooks.patch_literal_filter_values():
+        hooked = security_groups.aws_api_matches(pattern, text)
+        assert security_groups.aws_api_matches is not aws_api_matches
+    assert hooked == aws_api_matches(pattern, text), (pattern, text)
+    assert security_groups.aws_api_matches is aws_api_matches, "undone"
+
+
+def test_undoing_the_lookup_hooks_restores_moto() -> None:
+    from moto.ec2.models.security_groups import SecurityGroupBackend
+    from moto.ec2.models.tags import TagBackend
+
+    originals = (
+        TagBackend.__dict__["describe_tags"],
+        SecurityGroupBackend.__dict__["describe_security_group_rules"],
+        SecurityGroupBackend.__dict__["describe_security_groups"],
+    )
+    patches = moto_hooks.patch_ec2_lookups()
+    assert TagBackend.__dict__["describe_tags"] is not originals[0]
+    for patch in reversed(patches):
+        patch.undo()
+    assert (
+        TagBackend.__dict__["describe_tags"],
+        SecurityGroupBackend.__dict__["describe_security_group_rules"],
+        SecurityGroupBackend.__dict__["describe_security_groups"],
+    ) == originals
 
 
 # CloudFormation stacks -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import fnmatch
 import importlib
 import ipaddress
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -851,6 +852,167 @@ def patch_ec2_fidelity() -> list[Patch]:
         patch_eni_delegated_prefixes(),
         patch_eni_address_filters(),
         patch_subnet_ipv6_state(),
+    ]
+
+
+# Speed: lookups moto answers by scanning the whole region -------------------------------
+
+# An EC2 id that AWS's glob filters (`*`, `?`) and moto's patterns match only as itself.
+_LITERAL_ID: Final = re.compile(r"[A-Za-z0-9-]+")
+
+
+class _GroupsView:
+    """What `SecurityGroupBackend.describe_security_group_rules` and
+    `describe_security_groups` read of their backend (`self.groups`, by VPC then group id),
+    narrowed to some groups, in moto's own order."""
+
+    def __init__(self, groups: dict[str, dict[str, Any]]) -> None:
+        self.groups = groups
+
+
+def patch_tag_lookup_by_resource() -> Patch:
+    """Read one resource's tags from moto's tag map by its id (speed only: same answer).
+
+    `moto.ec2.models.core.TaggedEC2Resource.get_tags`, which every describe calls to print
+    or filter on a resource's tags, asks `moto.ec2.models.tags.TagBackend.describe_tags`
+    for `{"resource-id": [id]}`; in 5.2.5 that compiles the id into a pattern and matches it
+    against every tagged resource of the region, so a describe of N tagged things costs
+    N x (every tag), quadratic in the world (most of a 400-group first reconcile's time).
+    The wrapper answers a filter of exactly one literal id (letters, digits, `-`: no glob)
+    from `TagBackend.tags[id]`, with the rows moto builds, in moto's order; any other
+    filter goes to moto.
+    """
+    from moto.ec2.models.tags import TagBackend
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    owner = "moto.ec2.models.tags.TagBackend"
+    original = _require(TagBackend, "describe_tags", owner)
+
+    def describe_tags(self: Any, filters: dict[str, list[str]] | None = None) -> Any:
+        ids = filters.get("resource-id") if filters is not None and len(filters) == 1 else None
+        if not (
+            isinstance(ids, list)
+            and len(ids) == 1
+            and isinstance(ids[0], str)
+            and _LITERAL_ID.fullmatch(ids[0])
+        ):
+            return original(self, filters)
+        resource_id = ids[0]
+        tags = self.tags.get(resource_id)  # `get`: the defaultdict grows no empty entry
+        if not tags:
+            return []
+        resource_type = EC2_PREFIX_TO_RESOURCE.get(get_prefix(resource_id), "")
+        return [
+            {"resource_id": resource_id, "key": key, "value": value, "resource_type": resource_type}
+            for key, value in list(tags.items())
+        ]
+
+    return _replace(TagBackend, "describe_tags", describe_tags, owner)
+
+
+def _literal_ids(values: object) -> set[str] | None:
+    """The ids of a filter's values when every one is a literal EC2 id, else None."""
+    if not isinstance(values, list) or not values:
+        return None
+    if not all(isinstance(value, str) and _LITERAL_ID.fullmatch(value) for value in values):
+        return None
+    return set(values)
+
+
+def _narrowed(groups: dict[str, dict[str, Any]], named: set[str]) -> _GroupsView:
+    return _GroupsView(
+        {
+            vpc_id: {gid: group for gid, group in list(by_id.items()) if gid in named}
+            for vpc_id, by_id in list(groups.items())
+        }
+    )
+
+
+def patch_groups_by_id_filter() -> Patch:
+    """Look only at the named groups for a `group-id` filter (speed only: same answer).
+
+    `moto.ec2.models.security_groups.SecurityGroupBackend.describe_security_group_rules`
+    copies every rule of every group in the region, then matches each against the filters
+    (the `group-id` one by a regular expression per rule and value);
+    `describe_security_groups` matches every group of the region the same way. Reading
+    the groups in batches of 200 ids so cost (all groups) x 200 patterns per call,
+    quadratic in the world. When the `group-id` values are all literal ids (no glob) and no
+    ids or names come beside the filters (SecurityGroupRuleIds, GroupIds, GroupNames: moto
+    checks those exist), the wrappers run moto's own method on a
+    view of the backend holding only those groups, in moto's order: moto still validates
+    the ids, sets missing ports to -1 and applies every filter, so the answer is the same.
+    """
+    from moto.ec2.models.security_groups import SecurityGroupBackend
+
+    owner = "moto.ec2.models.security_groups.SecurityGroupBackend"
+    rules = _require(SecurityGroupBackend, "describe_security_group_rules", owner)
+    groups = _require(SecurityGroupBackend, "describe_security_groups", owner)
+
+    def describe_security_group_rules(
+        self: Any, sg_rule_ids: list[str], filters: dict[str, list[str]]
+    ) -> Any:
+        named = None if sg_rule_ids else _literal_ids((filters or {}).get("group-id"))
+        return rules(self if named is None else _narrowed(self.groups, named), sg_rule_ids, filters)
+
+    def describe_security_groups(
+        self: Any,
+        group_ids: list[str] | None = None,
+        groupnames: list[str] | None = None,
+        filters: Any = None,
+    ) -> Any:
+        named = None
+        if not group_ids and not groupnames and isinstance(filters, dict):
+            named = _literal_ids(filters.get("group-id"))
+        target = self if named is None else _narrowed(self.groups, named)
+        return groups(target, group_ids, groupnames, filters)
+
+    return _together(
+        f"{owner} group-id filters",
+        [
+            _replace(
+                SecurityGroupBackend,
+                "describe_security_group_rules",
+                describe_security_group_rules,
+                owner,
+            ),
+            _replace(
+                SecurityGroupBackend, "describe_security_groups", describe_security_groups, owner
+            ),
+        ],
+    )
+
+
+def patch_literal_filter_values() -> Patch:
+    """Match a literal filter value by comparison, not by a new regular expression (speed
+    only: same answer).
+
+    `moto.core.utils.aws_api_matches`, which the security-group filters of
+    `moto.ec2.models.security_groups` call once per object and value, turns each value
+    into an anchored regular expression (two `re.subn`, one `re.match`) even when it has
+    no glob. For a value of letters, digits and `-` (every character literal in a regular
+    expression) `^value$` matches exactly the text itself, or the text with one trailing
+    newline (`$`), which the replacement compares directly; other values go to moto.
+    """
+    from moto.ec2.models import security_groups
+
+    path = "moto.ec2.models.security_groups"
+    original = _require(security_groups, "aws_api_matches", path)
+
+    def aws_api_matches(pattern: str, string: Any) -> bool:
+        if isinstance(pattern, str) and _LITERAL_ID.fullmatch(pattern):
+            text = str(string)
+            return text == pattern or text == pattern + "\n"
+        return bool(original(pattern, string))
+
+    return _replace(security_groups, "aws_api_matches", aws_api_matches, path)
+
+
+def patch_ec2_lookups() -> list[Patch]:
+    """The speed-only EC2 patches (answers unchanged), in the order they are applied."""
+    return [
+        patch_tag_lookup_by_resource(),
+        patch_groups_by_id_filter(),
+        patch_literal_filter_values(),
     ]
 
 

@@ -194,6 +194,9 @@ class LocalRuntime:
                 # do here (`Ec2RateLimit` makes them take simulated time).
                 patch_pacer(self.pacer_sleeps),
             ]
+            # Speed only (moto's answers unchanged): tag and rule lookups by id, not by
+            # scanning the region, so a describe costs the groups it names.
+            self._patches += moto_hooks.patch_ec2_lookups()
             if self.ec2_fidelity:
                 self._patches += moto_hooks.patch_ec2_fidelity()
             self._patches.append(moto_hooks.patch_events_envelope())
