@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import ipaddress
 import json
 import random
 import time
@@ -49,12 +50,17 @@ def _rule(group: str, protocol: str, ports: tuple[int, int], peer: Doc) -> Doc:
     }
 
 
+def _v6(cidr: str) -> str:
+    """A CIDR as describe prints it (compressed): the floor builds rules from it unchanged."""
+    return str(ipaddress.IPv6Network(cidr))
+
+
 def _unmanaged(group: str, index: int) -> list[Doc]:
     return [
         _rule(group, "tcp", (22, 22), {"CidrIpv4": "10.0.0.0/16", "Description": "ssh"}),
         _rule(group, "tcp", (443, 443), {"PrefixListId": "pl-0corp00000000001"}),
         _rule(group, "icmp", (3, 4), {"CidrIpv4": "10.0.0.0/8"}),
-        _rule(group, "tcp", (8443, 8443), {"CidrIpv6": f"2001:db8:{index % 65536:x}::/48"}),
+        _rule(group, "tcp", (8443, 8443), {"CidrIpv6": _v6(f"2001:db8:{index % 65536:x}::/48")}),
     ]
 
 
@@ -65,7 +71,7 @@ def _managed(group: str, index: int, rnd: random.Random) -> list[Doc]:
         for k in range(LOAD_BALANCER_GROUPS)
     ]
     peers += [{"CidrIpv4": f"10.{index % 250}.{k}.0/24"} for k in range(3)]
-    peers.append({"CidrIpv6": f"2001:db8:{index % 65536:x}:1::/64"})
+    peers.append({"CidrIpv6": _v6(f"2001:db8:{index % 65536:x}:1::/64")})
     rules = []
     for n in range(56):
         low, protocol = 30000 + 20 * n, rnd.choice(["tcp", "tcp", "udp"])

@@ -18,8 +18,7 @@ from sg_reconciler.core.phases import split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Refusal, Revoke, Step
 from sg_reconciler.core.quota import Limits, Usage, add, sub
 from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, RuleError, RuleKey
-from sg_reconciler.core.safety import GroupBounds, check_plan, flow_conflict, group_bounds
-from sg_reconciler.core.traffic import Traffic
+from sg_reconciler.core.safety import GroupBounds, check_plan, flow_waits, group_bounds
 
 __all__ = ["DEFAULT_SEARCH_BUDGET", "GroupDiff", "Limits", "dedupe_desired", "make_plan"]
 
@@ -130,26 +129,20 @@ class _Interleaver:
         self.safe_cache: dict[tuple[frozenset[int], frozenset[int]], bool] = {}
         self.checks = 0
         # The base rules are the group's stable rules (in OLD and NEW), in every state of the
-        # search: only the OLD ∩ NEW traffic they leave uncovered is at stake.
-        self.at_stake = bounds.at_stake
-        # Only rules that touch the traffic at stake can cover it: the others are left out of
-        # every safety check (the same answers, from smaller traffic builds).
-        add_traffic = [Traffic.of([k]) for k in self.adds]
-        remove_traffic = [Traffic.of([k]) for k in self.removes]
-        self.relevant_adds = [bool(t & self.at_stake) for t in add_traffic]
-        self.relevant_removes = [bool(t & self.at_stake) for t in remove_traffic]
-        self.helpfulness = self._helpfulness(add_traffic, remove_traffic)
+        # search: only the OLD ∩ NEW traffic they leave uncovered is at stake, as pieces that
+        # each changing rule covers whole or not at all (rules that cover none have no bit).
+        self.stake = bounds.stake
+        self.add_bits = [self.stake.bit(k) for k in self.adds]
+        self.remove_bits = [self.stake.bit(k) for k in self.removes]
+        self.helpfulness = self._helpfulness()
         # Invariant 9: a stale rule goes only after every new rule that admits overlapping
         # ports from another peer (a source may be admitted by both peers).
-        self.first = [
-            frozenset(i for i, a in enumerate(self.adds) if flow_conflict(r, a))
-            for r in self.removes
-        ]
+        self.first = flow_waits(self.removes, self.adds)
 
-    def _helpfulness(self, adds: list[Traffic], removes: list[Traffic]) -> list[int]:
+    def _helpfulness(self) -> list[int]:
         """How many stale rules' needed traffic each new rule covers: authorize those first."""
-        needed = [n for t in removes if (n := t & self.at_stake)]
-        return [sum(1 for n in needed if n & a) if a else 0 for a in adds]
+        partners = [self.stake.partners(bit) for bit in self.add_bits]
+        return [sum(1 for bit in self.remove_bits if bit & p) for p in partners]
 
     def usage(self, added: frozenset[int], removed: frozenset[int]) -> Usage:
         total = self.base_usage
@@ -173,14 +166,18 @@ class _Interleaver:
             self.checks += 1
             if self.checks > self.budget:
                 raise _BudgetExhausted
-            present = [self.adds[i] for i in added if self.relevant_adds[i]]
-            present += [
-                k
-                for j, k in enumerate(self.removes)
-                if j not in removed and self.relevant_removes[j]
-            ]
-            cached = self.safe_cache[state] = not (self.at_stake - Traffic.of(present))
+            cached = self.safe_cache[state] = self.covers(added, removed)
         return cached
+
+    def covers(self, added: frozenset[int], removed: frozenset[int]) -> bool:
+        """Whether the rules present in the state keep all the traffic at stake."""
+        present = 0
+        for i in added:
+            present |= self.add_bits[i]
+        for j, bit in enumerate(self.remove_bits):
+            if j not in removed:
+                present |= bit
+        return self.stake.covered(present)
 
     def moves(
         self, added: frozenset[int], removed: frozenset[int]
