@@ -203,9 +203,9 @@ def test_partial_plans_are_safe_at_every_step_and_revoke_nothing_while_a_group_w
 class AlgebraInterleaver(planner._Interleaver):
     """The planner's search with every question answered by the traffic algebra."""
 
-    def covers(self, added: frozenset[int], removed: frozenset[int]) -> bool:
-        present = [self.adds[i] for i in added]
-        present += [k for j, k in enumerate(self.removes) if j not in removed]
+    def covers(self, added: int, removed: int) -> bool:
+        present = [k for i, k in enumerate(self.adds) if added >> i & 1]
+        present += [k for j, k in enumerate(self.removes) if not removed >> j & 1]
         return not (self.bounds.at_stake - Traffic.of(present))
 
     def _helpfulness(self) -> list[int]:
@@ -214,8 +214,8 @@ class AlgebraInterleaver(planner._Interleaver):
         return [sum(1 for n in needed if n & Traffic.of([a])) for a in self.adds]
 
 
-def waits_by_flow_conflict(olds: list[RuleKey], news: list[RuleKey]) -> list[frozenset[int]]:
-    return [frozenset(i for i, new in enumerate(news) if flow_conflict(old, new)) for old in olds]
+def waits_by_flow_conflict(olds: list[RuleKey], news: list[RuleKey]) -> list[int]:
+    return [sum(1 << i for i, new in enumerate(news) if flow_conflict(old, new)) for old in olds]
 
 
 @given(st.one_of(cases(), cases(max_current=8, max_new=6), crosswise_cases()), st.integers(-2, 3))

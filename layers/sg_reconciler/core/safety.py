@@ -19,7 +19,6 @@ from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.quota import Limits, add, sub
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleKey
 from sg_reconciler.core.traffic import (
-    KeyBox,
     Stake,
     Traffic,
     key_box,
@@ -37,31 +36,29 @@ def flow_conflict(old: RuleKey, new: RuleKey) -> bool:
     address inside a CIDR that a group's members also sit in. So two rules of one group from
     peers of different families that overlap on protocol and ports must be ordered.
     """
-    return old.group_id == new.group_id and _crosses(key_box(old), key_box(new))
+    return old.group_id == new.group_id and flow_waits([old], [new]) == [1]
 
 
-def flow_waits(olds: Sequence[RuleKey], news: Sequence[RuleKey]) -> list[frozenset[int]]:
-    """Per rule of `olds` (all of one group), the indexes of the `news` it must wait for: the
-    pairs of `flow_conflict`, with each rule's box looked up once."""
+def flow_waits(olds: Sequence[RuleKey], news: Sequence[RuleKey]) -> list[int]:
+    """Per rule of `olds` (all of one group), the `news` it must wait for as a bitmask of their
+    indexes: peers of different families (the algebra already judges one family exactly)
+    that overlap on protocol and ports. Each box is looked up once; the pairs are compared
+    inline, as a group's stale and new rules make many."""
     boxes = [key_box(new) for new in news]
-    return [
-        frozenset(i for i, box in enumerate(boxes) if _crosses(old_box, box))
-        for old_box in map(key_box, olds)
-    ]
-
-
-def _crosses(old: KeyBox, new: KeyBox) -> bool:
-    """Peers of different families (the algebra already judges one family exactly) that
-    overlap on protocol and ports."""
-    (_, old_family), (_, (old_lo, old_hi), (old_from, old_to)) = old
-    (_, new_family), (_, (new_lo, new_hi), (new_from, new_to)) = new
-    return (
-        old_family != new_family
-        and old_from < new_to
-        and new_from < old_to
-        and old_lo < new_hi
-        and new_lo < old_hi
-    )
+    waits = []
+    for (_, family), (_, (protocol_lo, protocol_hi), (port_lo, port_hi)) in map(key_box, olds):
+        mask = 0
+        for i, ((_, other), (_, (other_lo, other_hi), (lo, hi))) in enumerate(boxes):
+            if (
+                other != family
+                and port_lo < hi
+                and lo < port_hi
+                and protocol_lo < other_hi
+                and other_lo < protocol_hi
+            ):
+                mask |= 1 << i
+        waits.append(mask)
+    return waits
 
 
 @dataclass(frozen=True)
@@ -86,6 +83,7 @@ class GroupBounds:
     _may_allow: Traffic | None = None
     _stable: frozenset[RuleKey] | None = None
     _either: frozenset[RuleKey] | None = None
+    _incoming: frozenset[RuleKey] | None = None
     _at_stake: Traffic | None = None
     _stake: Stake | None = None
     _overlaps: list[tuple[RuleKey, RuleKey]] | None = None
@@ -153,6 +151,13 @@ class GroupBounds:
                 return Traffic()
             return self.at_stake - Traffic.of(keys - self.stable_keys)
         return self.must_keep - Traffic.of(keys)
+
+    @property
+    def incoming(self) -> frozenset[RuleKey]:
+        """The rules of NEW that OLD lacks: those a stale rule may have to wait for (9)."""
+        if self._incoming is None:
+            self._incoming = self.new_keys - self.old_keys
+        return self._incoming
 
     @property
     def either_keys(self) -> frozenset[RuleKey]:
@@ -342,11 +347,9 @@ def _first_needed(
     group = bounds.get(old.group_id)
     if group is None:
         return []
-    return sorted(
-        new
-        for new in group.new_keys - group.old_keys
-        if new not in present and flow_conflict(old, new)
-    )
+    missing = [new for new in group.incoming if new not in present]
+    (waits,) = flow_waits([old], missing)  # all of old's group: the bounds are per group
+    return sorted(new for i, new in enumerate(missing) if waits >> i & 1)
 
 
 def _check_traffic(

@@ -144,7 +144,7 @@ def touching(keys: Iterable[RuleKey], others: Iterable[RuleKey]) -> list[RuleKey
     found = []
     for key in keys:
         family, box = key_box(key)
-        if any(_overlap(box, b) for b in near.get(family, ())):
+        if family in near and any(_overlap(box, b) for b in near[family]):
             found.append(key)
     return found
 
@@ -219,7 +219,12 @@ def stake(old: Iterable[RuleKey], new: Iterable[RuleKey], stable: Iterable[RuleK
             shared[family].append((box, 1))
     pieces: set[int] = set()
     for items in shared.values():
-        _cells(items, 0, masks[0], masks[1], pieces)
+        if len(items) == 2:  # one old and one new box, no stable one (often): where they meet
+            (old_box, old_bit), (new_box, new_bit) = items
+            if _overlap(old_box, new_box):
+                pieces.add(old_bit | new_bit)
+        else:
+            _cells(items, 0, masks[0], masks[1], pieces)
     return Stake(bits, frozenset(pieces))
 
 
