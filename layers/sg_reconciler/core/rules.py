@@ -174,7 +174,11 @@ def cidr_peer(text: str) -> Peer:
 
 
 def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
-    present = [name for name in _PEER_FIELDS if (value := doc.get(name)) or value == 0]
+    present = []
+    for name in _PEER_FIELDS:  # a plain loop: this runs for every rule parsed
+        value = doc.get(name)
+        if value or value == 0:
+            present.append(name)
     if len(present) != 1:
         found = ", ".join(present) or "none"
         raise RuleError(
@@ -238,12 +242,8 @@ def rule_from_dict(doc: object) -> Rule:
     rule_id = doc.get("SecurityGroupRuleId")
     if rule_id is not None and (not isinstance(rule_id, str) or not rule_id):
         raise RuleError("SecurityGroupRuleId must be a non-empty string")
-    return Rule(
-        key=RuleKey(group_id, protocol, from_port, to_port, _normalize_peer(doc)),
-        description=description,
-        rule_id=rule_id,
-        tags=_normalize_tags(doc.get("Tags")),
-    )
+    key = RuleKey(group_id, protocol, from_port, to_port, _normalize_peer(doc))
+    return Rule(key, description, rule_id, _normalize_tags(doc.get("Tags")))
 
 
 def label(doc: object, index: int) -> str:
@@ -290,7 +290,7 @@ def ingress_rules(docs: Iterable[object], what: str) -> list[Rule]:
     seen_ids: set[str] = set()
     for index, doc in enumerate(docs):
         try:
-            if _is_mapping(doc) and is_egress(doc):
+            if _is_mapping(doc) and doc.get("IsEgress", False) is not False and is_egress(doc):
                 continue
             rule = rule_from_dict(doc)
         except RuleError as err:
