@@ -59,6 +59,35 @@ def planner_rows(figures: dict[str, Any]) -> list[Row]:
                 "target <= 12x",
             )
         )
+    ratio = figures["full_over_room"]
+    rows.append(
+        (
+            f"Planning {ratio['groups']} groups at quota 60 against the same with room "
+            "(make_plan CPU, the two taken in turns)",
+            command,
+            f"{ratio['ratio']:.2f}x ({ratio['full_cpu_seconds']:.3f} s / "
+            f"{ratio['room_cpu_seconds']:.3f} s)",
+            "issue 10: target <= 1.5x; before (63e268b): 3.72x (0.936 s / 0.252 s)",
+        )
+    )
+    before = {500: "3.09x (1.232 s / 0.399 s)", 5000: "2.40x (14.354 s / 5.985 s)"}
+    for parse in figures["parse_vs_floor"]:
+        rows.append(
+            (
+                f"Loading both describe documents of {parse['groups']} groups as the CLI does "
+                "(read, json.loads, parse) against the floor (json.loads and the same rules "
+                "built unchecked, collector paused)",
+                command,
+                f"{parse['ratio']:.2f}x ({parse['parse_cpu_seconds']:.3f} s / "
+                f"{parse['floor_cpu_seconds']:.3f} s CPU)",
+                "issue 10: target <= 1.5x"
+                + (
+                    f"; before (63e268b): {before[parse['groups']]}"
+                    if parse["groups"] in before
+                    else ""
+                ),
+            )
+        )
     return rows
 
 

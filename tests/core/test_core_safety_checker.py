@@ -10,12 +10,13 @@ from hypothesis import event, given, note
 from hypothesis import strategies as st
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step
 from sg_reconciler.core.planner import Limits, dedupe_desired, make_plan
-from sg_reconciler.core.rules import rule_from_dict
-from sg_reconciler.core.safety import Violation, check_plan, group_bounds
+from sg_reconciler.core.rules import RuleKey, rule_from_dict
+from sg_reconciler.core.safety import GroupBounds, Violation, check_plan, group_bounds
 from sg_reconciler.core.traffic import Traffic
 
 CURRENT, DESIRED = lbc_3639()
 NEW = rule_from_dict(DESIRED[0])
+SSH = rule_from_dict(rule(NODES, (22, 22), CidrIpv4="10.0.0.0/8")).key
 
 
 def check(steps: list[Step], quota: int = 60) -> tuple[list[Violation], list[str]]:
@@ -210,3 +211,26 @@ def test_the_checker_and_the_judge_agree_on_faulty_plans(
     note(f"checker: {[str(v) for v in violations]}\njudge: {problems}")
     event("unsafe plan" if problems else "safe plan")
     assert bool(violations) == bool(problems)
+
+
+# Property: the bounds' shortcuts answer as the traffic algebra's plain definitions.
+
+keys_of = st.lists(rule_docs(NODES), max_size=5).map(lambda ds: [rule_from_dict(d).key for d in ds])
+
+
+@given(keys_of, keys_of, keys_of, st.data())
+def test_group_bounds_answer_as_the_plain_definitions(
+    stable: list[RuleKey], old: list[RuleKey], new: list[RuleKey], data: st.DataObject
+) -> None:
+    # Given OLD and NEW sharing some stable rules, and a state of the group's rules (often with
+    # every stable rule, as in a make-before-break change)
+    bounds = GroupBounds(frozenset(stable + old), frozenset(stable + new))
+    kept = (
+        stable if data.draw(st.booleans()) else data.draw(st.lists(st.sampled_from([SSH, *stable])))
+    )
+    keys = frozenset(kept + data.draw(st.lists(st.sampled_from([SSH, *old, *new]))))
+    # Then what it loses and what it exposes are OLD ∩ NEW and OLD ∪ NEW against the state
+    both = Traffic.of(bounds.old_keys) & Traffic.of(bounds.new_keys)
+    either = Traffic.of(bounds.old_keys | bounds.new_keys)
+    assert bounds.loses_traffic(keys) == both - Traffic.of(keys)
+    assert bounds.over_exposes(keys) == Traffic.of(keys) - either

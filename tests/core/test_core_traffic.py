@@ -11,7 +11,7 @@ from core.sg_judge import Probe, allows, probes
 from hypothesis import given
 from hypothesis import strategies as st
 from sg_reconciler.core.rules import Peer, RuleKey, rule_from_dict
-from sg_reconciler.core.traffic import Cells, Traffic
+from sg_reconciler.core.traffic import Cells, Traffic, overlapping, stake
 
 
 def key(protocol: str = "tcp", ports: tuple[int, int] = (80, 80), **peer: Any) -> RuleKey:
@@ -214,3 +214,42 @@ def test_set_operations_agree_with_rule_by_rule_matching(
 @pytest.mark.parametrize("port", [0, 65535])
 def test_port_bounds_are_inclusive(port: int) -> None:
     assert t(key(ports=(port, port))).allows("sg-0node", V4, 6, port)
+
+
+# Property: the planner's pieces of the traffic at stake answer as the algebra does.
+
+
+def distinct_keys(docs: list[dict[str, Any]], taken: list[RuleKey]) -> list[RuleKey]:
+    return [k for k in dict.fromkeys(rule_from_dict(d).key for d in docs) if k not in taken]
+
+
+@given(rule_sets, rule_sets, st.lists(RULE_DOCS, max_size=3))
+def test_stake_pieces_agree_with_the_algebra(
+    old_docs: list[dict[str, Any]],
+    new_docs: list[dict[str, Any]],
+    stable_docs: list[dict[str, Any]],
+) -> None:
+    # Given changing rules (old, new) and stable ones, as a group's bounds split them
+    old = distinct_keys(old_docs, [])
+    new = distinct_keys(new_docs, old)
+    stable = distinct_keys(stable_docs, old + new)
+    at_stake = (Traffic.of(old) & Traffic.of(new)) - Traffic.of(stable)
+    pieces = stake(old, new, stable)
+    # Then every set of changing rules covers the pieces exactly when its traffic covers
+    # what is at stake
+    changing = old + new
+    for subset in range(1 << len(changing)):
+        present = [k for n, k in enumerate(changing) if subset >> n & 1]
+        mask = 0
+        for k in present:
+            mask |= pieces.bit(k)
+        assert pieces.covered(mask) == (not at_stake - Traffic.of(present)), present
+    # And a new rule shares a piece with an old one exactly when their traffic at stake meets
+    for k in new:
+        partners = pieces.partners(pieces.bit(k))
+        for o in old:
+            meets = bool(at_stake & Traffic.of([k]) & Traffic.of([o]))
+            assert bool(partners & pieces.bit(o)) == meets, (k, o)
+    # And the pairs that overlap are exactly those whose traffic meets
+    pairs = set(overlapping(old, new))
+    assert pairs == {(o, k) for o in old for k in new if Traffic.of([o]) & Traffic.of([k])}

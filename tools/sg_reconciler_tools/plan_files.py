@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sg_reconciler.core.collector import paused_collector
 from sg_reconciler.core.rules import Rule, RuleError, ingress_rules, is_egress, label
 
 
@@ -40,6 +41,7 @@ def _rule_list(doc: Any, path: Path) -> list[Any]:
     return list(doc["SecurityGroupRules"])
 
 
+@paused_collector()  # loading and parsing make no cycles: the collector's passes free nothing
 def load_current(path: Path) -> list[Rule]:
     """All ingress rules of the groups in scope; egress rules are ignored (never touched)."""
     try:
@@ -48,12 +50,13 @@ def load_current(path: Path) -> list[Rule]:
         raise InputError(f"{path}: {err}") from None
 
 
+@paused_collector()
 def load_desired(path: Path) -> list[Rule]:
     """The desired managed ingress rules; an egress rule here is a mistake, not something to skip."""
     docs = _rule_list(read_json(path), path)
     try:
         for index, doc in enumerate(docs):
-            if isinstance(doc, dict) and is_egress(doc):
+            if isinstance(doc, dict) and doc.get("IsEgress", False) is not False and is_egress(doc):
                 raise RuleError(f"desired {label(doc, index)}: egress rules are not managed")
         return ingress_rules(docs, "desired")
     except RuleError as err:

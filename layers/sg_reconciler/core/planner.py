@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from sg_reconciler.core.collector import paused_collector
 from sg_reconciler.core.phases import split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Refusal, Revoke, Step
 from sg_reconciler.core.quota import Limits, Usage, add, sub
 from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, RuleError, RuleKey
-from sg_reconciler.core.safety import GroupBounds, check_plan, flow_conflict, group_bounds
-from sg_reconciler.core.traffic import Traffic
+from sg_reconciler.core.safety import GroupBounds, check_plan, flow_waits, group_bounds
 
 __all__ = ["DEFAULT_SEARCH_BUDGET", "GroupDiff", "Limits", "dedupe_desired", "make_plan"]
 
@@ -114,118 +114,137 @@ def diff_groups(current: Sequence[Rule], desired: Sequence[Rule], owner: str) ->
 
 
 class _Interleaver:
-    """Depth-first search for a safe authorize/revoke/modify order within one group's quota."""
+    """Depth-first search for a safe authorize/revoke/modify order within one group's quota.
 
-    def __init__(self, diff: GroupDiff, bounds: GroupBounds, limits: Limits, budget: int) -> None:
-        self.diff, self.bounds, self.limits, self.budget = diff, bounds, limits, budget
-        self.base = [r.key for r in (*diff.unmanaged, *diff.kept)] + [
-            a.key for a, _ in diff.relabel
-        ]
+    A state is two bitmasks: bit i of `added` when adds[i] exists, bit j of `removed` when
+    removes[j] is gone (cheap to combine, hash and remember by the thousand).
+    """
+
+    def __init__(
+        self, diff: GroupDiff, now: Usage, bounds: GroupBounds, limits: Limits, budget: int
+    ) -> None:
+        """`now`: the quota units the group holds (`diff.usage`)."""
+        self.diff, self.bounds, self.budget = diff, bounds, budget
         self.adds = [r.key for r in diff.adds]
         self.removes = [r.key for r in diff.removes]
-        self.base_usage = limits.usage(self.base)
+        self.all_added, self.all_removed = (1 << len(self.adds)) - 1, (1 << len(self.removes)) - 1
+        self.base_usage = sub(now, limits.usage(self.removes))  # the rules no step touches
+        self.limit = limits(diff.group_id)
+        self.unit_weights = not limits.per_family  # every rule weighs (1, 0): usage is a count
         self.add_weights = [limits.weight(k) for k in self.adds]
         self.remove_weights = [limits.weight(k) for k in self.removes]
-        self.seen: set[tuple[frozenset[int], frozenset[int]]] = set()
-        self.safe_cache: dict[tuple[frozenset[int], frozenset[int]], bool] = {}
+        self.seen: set[tuple[int, int]] = set()
+        self.safe_cache: dict[tuple[int, int], bool] = {}
         self.checks = 0
         # The base rules are the group's stable rules (in OLD and NEW), in every state of the
-        # search: only the OLD ∩ NEW traffic they leave uncovered is at stake.
-        self.at_stake = bounds.at_stake
-        # Only rules that touch the traffic at stake can cover it: the others are left out of
-        # every safety check (the same answers, from smaller traffic builds).
-        add_traffic = [Traffic.of([k]) for k in self.adds]
-        remove_traffic = [Traffic.of([k]) for k in self.removes]
-        self.relevant_adds = [bool(t & self.at_stake) for t in add_traffic]
-        self.relevant_removes = [bool(t & self.at_stake) for t in remove_traffic]
-        self.helpfulness = self._helpfulness(add_traffic, remove_traffic)
+        # search: only the OLD ∩ NEW traffic they leave uncovered is at stake, as pieces that
+        # each changing rule covers whole or not at all (rules that cover none have no bit).
+        self.stake = bounds.stake
+        self.add_bits = [self.stake.bit(k) for k in self.adds]
+        self.remove_bits = [self.stake.bit(k) for k in self.removes]
+        self.covering_adds = [(i, bit) for i, bit in enumerate(self.add_bits) if bit]
+        self.covering_removes = [(j, bit) for j, bit in enumerate(self.remove_bits) if bit]
+        self.helpfulness = self._helpfulness()
+        self.most_helpful = sorted(range(len(self.adds)), key=lambda i: (-self.helpfulness[i], i))
         # Invariant 9: a stale rule goes only after every new rule that admits overlapping
-        # ports from another peer (a source may be admitted by both peers).
-        self.first = [
-            frozenset(i for i, a in enumerate(self.adds) if flow_conflict(r, a))
-            for r in self.removes
-        ]
+        # ports from another peer (a source may be admitted by both peers): per stale rule,
+        # the bitmask of those new rules.
+        self.first = flow_waits(self.removes, self.adds)
+        self.waiting = [(j, needs) for j, needs in enumerate(self.first) if needs]
 
-    def _helpfulness(self, adds: list[Traffic], removes: list[Traffic]) -> list[int]:
+    def _helpfulness(self) -> list[int]:
         """How many stale rules' needed traffic each new rule covers: authorize those first."""
-        needed = [n for t in removes if (n := t & self.at_stake)]
-        return [sum(1 for n in needed if n & a) if a else 0 for a in adds]
+        partners = [self.stake.partners(bit) for bit in self.add_bits]
+        return [sum(1 for bit in self.remove_bits if bit & p) for p in partners]
 
-    def usage(self, added: frozenset[int], removed: frozenset[int]) -> Usage:
+    def usage(self, added: int, removed: int) -> Usage:
+        if self.unit_weights:
+            kept = self.all_removed & ~removed
+            return self.base_usage[0] + added.bit_count() + kept.bit_count(), self.base_usage[1]
         total = self.base_usage
-        for i in added:
-            total = add(total, self.add_weights[i])
-        for j in range(len(self.removes)):
-            if j not in removed:
-                total = add(total, self.remove_weights[j])
+        for i, weight in enumerate(self.add_weights):
+            if added >> i & 1:
+                total = add(total, weight)
+        for j, weight in enumerate(self.remove_weights):
+            if not removed >> j & 1:
+                total = add(total, weight)
         return total
 
     def fits(self, usage: Usage) -> bool:
-        return self.limits.fits(usage, self.diff.group_id)
+        """`Limits.fits`, with the group's limit looked up once."""
+        return usage[0] <= self.limit and usage[1] <= self.limit
 
-    def safe(self, added: frozenset[int], removed: frozenset[int]) -> bool:
+    def safe(self, added: int, removed: int) -> bool:
         state = (added, removed)
         cached = self.safe_cache.get(state)
         if cached is None:
-            if any(not self.first[j] <= added for j in removed):
+            if any(removed >> j & 1 and needs & ~added for j, needs in self.waiting):
                 cached = self.safe_cache[state] = False
                 return cached
             self.checks += 1
             if self.checks > self.budget:
                 raise _BudgetExhausted
-            present = [self.adds[i] for i in added if self.relevant_adds[i]]
-            present += [
-                k
-                for j, k in enumerate(self.removes)
-                if j not in removed and self.relevant_removes[j]
-            ]
-            cached = self.safe_cache[state] = not (self.at_stake - Traffic.of(present))
+            cached = self.safe_cache[state] = self.covers(added, removed)
         return cached
 
-    def moves(
-        self, added: frozenset[int], removed: frozenset[int]
-    ) -> Iterator[tuple[Move, frozenset[int], frozenset[int]]]:
-        pending_adds = [i for i in range(len(self.adds)) if i not in added]
-        pending_removes = [j for j in range(len(self.removes)) if j not in removed]
+    def covers(self, added: int, removed: int) -> bool:
+        """Whether the rules present in the state keep all the traffic at stake."""
+        present = 0
+        for i, bit in self.covering_adds:
+            if added >> i & 1:
+                present |= bit
+        for j, bit in self.covering_removes:
+            if not removed >> j & 1:
+                present |= bit
+        return self.stake.covered(present)
+
+    def moves(self, added: int, removed: int) -> Iterator[tuple[Move, int, int]]:
+        pending_adds = [i for i in range(len(self.adds)) if not added >> i & 1]
+        pending_removes = [j for j in range(len(self.removes)) if not removed >> j & 1]
         # 1. Revoke every stale rule whose traffic is no longer needed, as one call.
         batch: list[int] = []
+        revoked = removed
         for j in pending_removes:
-            if self.safe(added, removed | {*batch, j}):
+            if self.safe(added, revoked | 1 << j):
                 batch.append(j)
+                revoked |= 1 << j
         if batch:
-            yield ("revoke", tuple(batch)), added, removed | set(batch)
+            yield ("revoke", tuple(batch)), added, revoked
         # 2. Authorize as many new rules as fit, the most helpful first.
-        usage = self.usage(added, removed)
+        usage = base = self.usage(added, removed)
         fitting: list[int] = []
-        for i in sorted(pending_adds, key=lambda i: (-self.helpfulness[i], i)):
+        authorized = added
+        for i in self.most_helpful:
+            if added >> i & 1:
+                continue
             grown = add(usage, self.add_weights[i])
             if self.fits(grown):
                 fitting.append(i)
+                authorized |= 1 << i
                 usage = grown
         if fitting:
-            yield ("authorize", tuple(sorted(fitting))), added | set(fitting), removed
+            yield ("authorize", tuple(sorted(fitting))), authorized, removed
         # 3. Single steps, so that the search is complete when the batches lead nowhere.
         for j in batch if len(batch) > 1 else ():
-            yield ("revoke", (j,)), added, removed | {j}
-        base = self.usage(added, removed)
+            yield ("revoke", (j,)), added, removed | 1 << j
         for i in pending_adds if len(fitting) < len(pending_adds) else ():
             if self.fits(add(base, self.add_weights[i])):
-                yield ("authorize", (i,)), added | {i}, removed
+                yield ("authorize", (i,)), added | 1 << i, removed
         # 4. Last resort: rewrite a stale rule in place into a new one (no extra slot), never
         # between peers that may admit one source (invariant 9: that is not make-before-break).
         for j in pending_removes:
             for i in pending_adds:
-                if self.removes[j].peer.kind != self.adds[i].peer.kind or i in self.first[j]:
+                if self.removes[j].peer.kind != self.adds[i].peer.kind or self.first[j] >> i & 1:
                     continue
                 swapped = add(sub(base, self.remove_weights[j]), self.add_weights[i])
                 grows = swapped[0] > base[0] or swapped[1] > base[1]
-                if (grows and not self.fits(swapped)) or not self.first[j] <= added:
+                if (grows and not self.fits(swapped)) or self.first[j] & ~added:
                     continue
-                if self.safe(added | {i}, removed | {j}):
-                    yield ("modify", (j, i)), added | {i}, removed | {j}
+                if self.safe(added | 1 << i, removed | 1 << j):
+                    yield ("modify", (j, i)), added | 1 << i, removed | 1 << j
 
-    def search(self, added: frozenset[int], removed: frozenset[int]) -> list[Move] | None:
-        if len(added) == len(self.adds) and len(removed) == len(self.removes):
+    def search(self, added: int, removed: int) -> list[Move] | None:
+        if added == self.all_added and removed == self.all_removed:
             return []
         if (added, removed) in self.seen:
             return None
@@ -237,7 +256,7 @@ class _Interleaver:
         return None
 
     def steps(self) -> list[Step] | None:
-        moves = self.search(frozenset(), frozenset())
+        moves = self.search(0, 0)
         if moves is None:
             return None
         diff = self.diff
@@ -273,7 +292,8 @@ def _flow_reason(interleaver: _Interleaver) -> str:
     pairs = [
         (interleaver.removes[j], interleaver.adds[i])
         for j, needs in enumerate(interleaver.first)
-        for i in sorted(needs)
+        for i in range(len(interleaver.adds))
+        if needs >> i & 1
     ]
     if not pairs:
         return ""
@@ -290,6 +310,7 @@ def _listing(rules: Sequence[Rule | RuleKey], limit: int = 4) -> str:
     return shown + (f"; and {len(rules) - limit} more" if len(rules) > limit else "")
 
 
+@paused_collector()
 def make_plan(
     current: Sequence[Rule],
     desired: Sequence[Rule],
@@ -348,7 +369,7 @@ def make_plan(
                 )
             )
             continue
-        interleaver = _Interleaver(diff, bounds[gid], limits, search_budget)
+        interleaver = _Interleaver(diff, now, bounds[gid], limits, search_budget)
         try:
             steps = interleaver.steps()
         except _BudgetExhausted:

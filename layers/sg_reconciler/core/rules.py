@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeGuard
 
+from sg_reconciler.core.collector import paused_collector
+
 OWNER_TAG_KEY = "sg-reconciler/owner"
 PLAN_TAG_KEY = "sg-reconciler/plan-id"
 # On a rule taken over from another tool: the execution that adopted it and the description
@@ -30,6 +32,7 @@ _PROTOCOL_NAMES = {"6": "tcp", "17": "udp", "1": "icmp", "58": "icmpv6", "all": 
 _PROTOCOL_NUMBERS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}
 _PORTED = frozenset({"tcp", "udp"})
 _ICMP = frozenset({"icmp", "icmpv6"})
+_CANONICAL_PROTOCOLS = {name: name for name in (*_PROTOCOL_NUMBERS, "-1")}
 _PEER_FIELDS = ("CidrIpv4", "CidrIpv6", "PrefixListId", "ReferencedGroupInfo")
 
 
@@ -103,6 +106,8 @@ _DECIMAL = re.compile(r"-?[0-9]+")  # ASCII digits only: "²".isdigit() is true,
 
 def normalize_protocol(raw: object) -> str:
     """Map EC2's protocol spellings to the names describe prints: tcp, udp, icmp, -1, "50"."""
+    if type(raw) is str and raw in _CANONICAL_PROTOCOLS:
+        return _CANONICAL_PROTOCOLS[raw]  # what describe prints: the common case, and shared
     text = str(raw).strip().lower()
     if text in _PROTOCOL_NUMBERS or text == "-1":
         return text
@@ -151,19 +156,29 @@ def _normalize_ports(protocol: str, from_raw: object, to_raw: object) -> tuple[i
 
 
 @functools.lru_cache(maxsize=65536)
-def _cidr(version: int, text: str) -> str:
-    """A CIDR with host bits cleared; cached, as accounts repeat a few CIDRs in many rules."""
-    network = ipaddress.IPv4Network if version == 4 else ipaddress.IPv6Network
-    return str(network(text, strict=False))
+def _peer(kind: PeerKind, value: str) -> Peer:
+    """One shared Peer per source, CIDRs with host bits cleared (ValueError if invalid).
+
+    Cached: accounts repeat a few peers in many rules, and one shared object per peer makes
+    parsing cheaper, keys compare by identity, and leaves less for the collector to walk."""
+    if kind == "cidr4":
+        return Peer(kind, str(ipaddress.IPv4Network(value, strict=False)))
+    if kind == "cidr6":
+        return Peer(kind, str(ipaddress.IPv6Network(value, strict=False)))
+    return Peer(kind, value)
 
 
 def cidr_peer(text: str) -> Peer:
     """The peer of an IPv4 or IPv6 CIDR, normalised as EC2 stores it (ValueError if invalid)."""
-    return Peer("cidr6", _cidr(6, text)) if ":" in text else Peer("cidr4", _cidr(4, text))
+    return _peer("cidr6" if ":" in text else "cidr4", text)
 
 
 def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
-    present = [name for name in _PEER_FIELDS if doc.get(name) or doc.get(name) == 0]
+    present = []
+    for name in _PEER_FIELDS:  # a plain loop: this runs for every rule parsed
+        value = doc.get(name)
+        if value or value == 0:
+            present.append(name)
     if len(present) != 1:
         found = ", ".join(present) or "none"
         raise RuleError(
@@ -173,27 +188,30 @@ def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
     value = doc[name]
     try:
         if name == "CidrIpv4":
-            return Peer("cidr4", _cidr(4, str(value)))
+            return _peer("cidr4", str(value))
         if name == "CidrIpv6":
-            return Peer("cidr6", _cidr(6, str(value)))
+            return _peer("cidr6", str(value))
     except ValueError:
         raise RuleError(f"invalid {name} {value!r}") from None
     if name == "PrefixListId":
-        return Peer("prefix_list", str(value))
+        return _peer("prefix_list", str(value))
     group = value.get("GroupId") if _is_mapping(value) else None
     if not group:
         raise RuleError("ReferencedGroupInfo needs a GroupId")
-    return Peer("group", str(group))
+    return _peer("group", str(group))
 
 
 def _normalize_tags(raw: object) -> tuple[tuple[str, str], ...]:
     if raw in (None, []):
         return ()
-    if not isinstance(raw, list) or not all(
-        _is_mapping(t) and "Key" in t and "Value" in t for t in raw
-    ):
+    if not isinstance(raw, list):
         raise RuleError("Tags must be a list of {Key, Value}")
-    return tuple(sorted((str(t["Key"]), str(t["Value"])) for t in raw))
+    tags = []
+    for tag in raw:
+        if not (_is_mapping(tag) and "Key" in tag and "Value" in tag):
+            raise RuleError("Tags must be a list of {Key, Value}")
+        tags.append((str(tag["Key"]), str(tag["Value"])))
+    return tuple(sorted(tags)) if len(tags) > 1 else tuple(tags)
 
 
 def is_egress(doc: Mapping[str, Any]) -> bool:
@@ -224,12 +242,8 @@ def rule_from_dict(doc: object) -> Rule:
     rule_id = doc.get("SecurityGroupRuleId")
     if rule_id is not None and (not isinstance(rule_id, str) or not rule_id):
         raise RuleError("SecurityGroupRuleId must be a non-empty string")
-    return Rule(
-        key=RuleKey(group_id, protocol, from_port, to_port, _normalize_peer(doc)),
-        description=description,
-        rule_id=rule_id,
-        tags=_normalize_tags(doc.get("Tags")),
-    )
+    key = RuleKey(group_id, protocol, from_port, to_port, _normalize_peer(doc))
+    return Rule(key, description, rule_id, _normalize_tags(doc.get("Tags")))
 
 
 def label(doc: object, index: int) -> str:
@@ -269,13 +283,14 @@ def rule_to_dict(rule: Rule, *, with_identity: bool = True) -> dict[str, Any]:
     return doc
 
 
+@paused_collector()
 def ingress_rules(docs: Iterable[object], what: str) -> list[Rule]:
     """Parse a rule list, skipping egress rules; errors name the offending rule."""
     rules: list[Rule] = []
     seen_ids: set[str] = set()
     for index, doc in enumerate(docs):
         try:
-            if _is_mapping(doc) and is_egress(doc):
+            if _is_mapping(doc) and doc.get("IsEgress", False) is not False and is_egress(doc):
                 continue
             rule = rule_from_dict(doc)
         except RuleError as err:

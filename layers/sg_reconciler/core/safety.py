@@ -11,13 +11,21 @@ states too, because an authorize only adds and a revoke only removes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke
-from sg_reconciler.core.quota import Limits
+from sg_reconciler.core.quota import Limits, add, sub
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule, RuleKey
-from sg_reconciler.core.traffic import Traffic, key_box, touching
+from sg_reconciler.core.traffic import (
+    Stake,
+    Traffic,
+    key_box,
+    overlapping,
+    stake,
+    touching,
+)
 
 
 def flow_conflict(old: RuleKey, new: RuleKey) -> bool:
@@ -28,16 +36,29 @@ def flow_conflict(old: RuleKey, new: RuleKey) -> bool:
     address inside a CIDR that a group's members also sit in. So two rules of one group from
     peers of different families that overlap on protocol and ports must be ordered.
     """
-    if old.group_id != new.group_id:
-        return False
-    (_, old_family), old_box = key_box(old)
-    (_, new_family), new_box = key_box(new)
-    if old_family == new_family:
-        return False  # the algebra already judges one family exactly
-    return all(
-        lo_a < hi_b and lo_b < hi_a
-        for (lo_a, hi_a), (lo_b, hi_b) in zip(old_box[1:], new_box[1:], strict=True)
-    )
+    return old.group_id == new.group_id and flow_waits([old], [new]) == [1]
+
+
+def flow_waits(olds: Sequence[RuleKey], news: Sequence[RuleKey]) -> list[int]:
+    """Per rule of `olds` (all of one group), the `news` it must wait for as a bitmask of their
+    indexes: peers of different families (the algebra already judges one family exactly)
+    that overlap on protocol and ports. Each box is looked up once; the pairs are compared
+    inline, as a group's stale and new rules make many."""
+    boxes = [key_box(new) for new in news]
+    waits = []
+    for (_, family), (_, (protocol_lo, protocol_hi), (port_lo, port_hi)) in map(key_box, olds):
+        mask = 0
+        for i, ((_, other), (_, (other_lo, other_hi), (lo, hi))) in enumerate(boxes):
+            if (
+                other != family
+                and port_lo < hi
+                and lo < port_hi
+                and protocol_lo < other_hi
+                and other_lo < protocol_hi
+            ):
+                mask |= 1 << i
+        waits.append(mask)
+    return waits
 
 
 @dataclass(frozen=True)
@@ -61,7 +82,11 @@ class GroupBounds:
     _must_keep: Traffic | None = None
     _may_allow: Traffic | None = None
     _stable: frozenset[RuleKey] | None = None
+    _either: frozenset[RuleKey] | None = None
+    _incoming: frozenset[RuleKey] | None = None
     _at_stake: Traffic | None = None
+    _stake: Stake | None = None
+    _overlaps: list[tuple[RuleKey, RuleKey]] | None = None
 
     @property
     def must_keep(self) -> Traffic:
@@ -97,17 +122,53 @@ class GroupBounds:
             self._at_stake = changing - Traffic.of(touching(stable, old)) if changing else changing
         return self._at_stake
 
+    @property
+    def stake(self) -> Stake:
+        """`at_stake` as pieces the changing rules cover, for the planner's search."""
+        if self._stake is None:
+            # Only the changing rules that meet one of the other side's can cover any of it,
+            # and only the stable rules that meet one of those old ones can take any away.
+            old = list(dict.fromkeys(old for old, _ in self.overlaps))
+            new = list(dict.fromkeys(new for _, new in self.overlaps))
+            self._stake = stake(old, new, touching(self.stable_keys, old) if old else ())
+        return self._stake
+
+    @property
+    def overlaps(self) -> list[tuple[RuleKey, RuleKey]]:
+        """The changing rules of OLD and of NEW whose traffic meets: the traffic at stake lies
+        where such a pair meets, so a state holding one rule of every pair keeps it all."""
+        if self._overlaps is None:
+            stable = self.stable_keys
+            self._overlaps = overlapping(self.old_keys - stable, self.new_keys - stable)
+        return self._overlaps
+
     def loses_traffic(self, keys: frozenset[RuleKey]) -> Traffic:
         """What OLD ∩ NEW traffic `keys` does not allow (empty when safe)."""
         if self.old_keys <= keys or self.new_keys <= keys:
             return Traffic()  # supersets of a bound allow at least OLD ∩ NEW
         if self.stable_keys <= keys:
+            if all(old in keys or new in keys for old, new in self.overlaps):
+                return Traffic()
             return self.at_stake - Traffic.of(keys - self.stable_keys)
         return self.must_keep - Traffic.of(keys)
 
+    @property
+    def incoming(self) -> frozenset[RuleKey]:
+        """The rules of NEW that OLD lacks: those a stale rule may have to wait for (9)."""
+        if self._incoming is None:
+            self._incoming = self.new_keys - self.old_keys
+        return self._incoming
+
+    @property
+    def either_keys(self) -> frozenset[RuleKey]:
+        """The rules of OLD or NEW: states within them allow nothing outside OLD ∪ NEW."""
+        if self._either is None:
+            self._either = self.old_keys | self.new_keys
+        return self._either
+
     def over_exposes(self, keys: frozenset[RuleKey]) -> Traffic:
         """What `keys` allow outside OLD ∪ NEW (empty when safe)."""
-        if keys <= self.old_keys | self.new_keys:
+        if keys <= self.either_keys:
             return Traffic()
         return Traffic.of(keys) - self.may_allow
 
@@ -148,13 +209,17 @@ def check_plan(
     state: dict[str, dict[str, Rule]] = {}
     for rule in current:
         state.setdefault(rule.group_id, {})[rule.rule_id or f"unnamed-{id(rule)}"] = rule
+    tracked: dict[str, _Group] = {}  # the groups the plan changes
     violations: list[Violation] = []
     owner_tags = ((OWNER_TAG_KEY, owner),)
 
     for index, step in enumerate(plan.steps):
-        rules = state.setdefault(step.group_id, {})
-        before = limits.usage(r.key for r in rules.values())
-        present = {r.key for r in rules.values()}
+        simulated = tracked.get(step.group_id)
+        if simulated is None:
+            rules = state.setdefault(step.group_id, {})
+            simulated = tracked[step.group_id] = _Group(rules, limits)
+        rules, before = simulated.rules, simulated.usage
+        present = set(simulated.keys)
 
         def bad(
             invariant: str, detail: str, *, at: int = index, group: str = step.group_id
@@ -168,8 +233,8 @@ def check_plan(
                 elif rule.key in present:
                     bad("call shape", f"{rule.key} already exists: EC2 rejects the duplicate")
                 present.add(rule.key)
-                rules[f"new-{index}-{n}"] = replace(
-                    rule, rule_id=f"new-{index}-{n}", tags=owner_tags
+                simulated.put(
+                    f"new-{index}-{n}", replace(rule, rule_id=f"new-{index}-{n}", tags=owner_tags)
                 )
         elif isinstance(step, Revoke):
             for rule_id in step.rule_ids:
@@ -181,7 +246,7 @@ def check_plan(
                 else:
                     for needed in _first_needed(bounds, target.key, present):
                         bad("9 flow", f"revokes {target} before {needed} exists")
-                    del rules[rule_id]
+                    simulated.drop(rule_id)
         elif isinstance(step, Adopt):
             target = rules.get(step.rule_id)
             if target is None:
@@ -191,7 +256,9 @@ def check_plan(
             elif target.key != step.rule.key or target.description != step.was:
                 bad("call shape", f"adopts rule {target} as {step.rule.key} ({step.was!r})")
             else:
-                rules[step.rule_id] = replace(step.rule, rule_id=step.rule_id, tags=owner_tags)
+                simulated.put(
+                    step.rule_id, replace(step.rule, rule_id=step.rule_id, tags=owner_tags)
+                )
         elif isinstance(step, Modify):
             target = rules.get(step.rule_id)
             if target is None:
@@ -206,16 +273,18 @@ def check_plan(
                 moved = step.rule.key != target.key  # a description-only change keeps traffic
                 for needed in _first_needed(bounds, target.key, present) if moved else ():
                     bad("9 flow", f"rewrites {target} before {needed} exists")
-                rules[step.rule_id] = replace(step.rule, rule_id=step.rule_id, tags=target.tags)
+                simulated.put(
+                    step.rule_id, replace(step.rule, rule_id=step.rule_id, tags=target.tags)
+                )
 
-        after = limits.usage(r.key for r in rules.values())
+        after = simulated.usage
         grew = after[0] > before[0] or after[1] > before[1]
         if grew and not limits.fits(after, step.group_id):
             bad(
                 "5 quota",
                 f"{limits.describe(after)} exceed the limit of {limits(step.group_id)}",
             )
-        _check_traffic(bounds, step.group_id, rules.values(), index, violations)
+        _check_traffic(bounds, step.group_id, frozenset(simulated.keys), index, violations)
 
     for group_id, group in sorted(bounds.items()) if reaches_desired else ():
         keys = frozenset(r.key for r in state.get(group_id, {}).values())
@@ -242,6 +311,35 @@ def check_plan(
     return violations
 
 
+class _Group:
+    """One group's rules as the simulation goes, with their keys and quota usage kept up to
+    date call by call: recounting the whole group after every call made a plan's check cost
+    its calls times the group's size."""
+
+    def __init__(self, rules: dict[str, Rule], limits: Limits) -> None:
+        self.rules, self.limits = rules, limits
+        self.keys = Counter(r.key for r in rules.values())  # a bad plan may repeat a key
+        self.usage = limits.usage(self.keys.elements())
+
+    def put(self, rule_id: str, rule: Rule) -> None:
+        """Add a rule, or replace the one with its id (in place: the order is kept)."""
+        replaced = self.rules.get(rule_id)
+        if replaced is not None:
+            self._leave(replaced.key)
+        self.rules[rule_id] = rule
+        self.keys[rule.key] += 1
+        self.usage = add(self.usage, self.limits.weight(rule.key))
+
+    def drop(self, rule_id: str) -> None:
+        self._leave(self.rules.pop(rule_id).key)
+
+    def _leave(self, key: RuleKey) -> None:
+        self.usage = sub(self.usage, self.limits.weight(key))
+        self.keys[key] -= 1
+        if not self.keys[key]:
+            del self.keys[key]
+
+
 def _first_needed(
     bounds: dict[str, GroupBounds], old: RuleKey, present: set[RuleKey]
 ) -> list[RuleKey]:
@@ -249,17 +347,15 @@ def _first_needed(
     group = bounds.get(old.group_id)
     if group is None:
         return []
-    return sorted(
-        new
-        for new in group.new_keys - group.old_keys
-        if new not in present and flow_conflict(old, new)
-    )
+    missing = [new for new in group.incoming if new not in present]
+    (waits,) = flow_waits([old], missing)  # all of old's group: the bounds are per group
+    return sorted(new for i, new in enumerate(missing) if waits >> i & 1)
 
 
 def _check_traffic(
     bounds: dict[str, GroupBounds],
     group_id: str,
-    rules: Iterable[Rule],
+    keys: frozenset[RuleKey],
     index: int,
     violations: list[Violation],
 ) -> None:
@@ -269,7 +365,6 @@ def _check_traffic(
             Violation(index, "scope", group_id, "the plan changes a group outside its scope")
         )
         return
-    keys = frozenset(r.key for r in rules)
     lost = group.loses_traffic(keys)
     if lost:
         violations.append(Violation(index, "1 no loss", group_id, f"denies {lost.describe()}"))
