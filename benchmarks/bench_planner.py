@@ -29,7 +29,7 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -204,13 +204,7 @@ def time_parse(groups: int, repeat: int, seed: int) -> dict[str, Any]:
         }
         if loaders["parse"]() != loaders["floor"]():
             raise RuntimeError("the floor does not build the rules the parser does")
-        best: dict[str, float] = {}
-        for _ in range(repeat):
-            for name, load in loaders.items():
-                gc.collect()
-                cpu = time.process_time()
-                load()
-                best[name] = min(best.get(name, float("inf")), time.process_time() - cpu)
+        best = best_cpu(loaders, repeat)
     return {
         "groups": groups,
         "parse_cpu_seconds": round(best["parse"], 3),
@@ -219,19 +213,32 @@ def time_parse(groups: int, repeat: int, seed: int) -> dict[str, Any]:
     }
 
 
+def best_cpu(runs: Mapping[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Best CPU seconds of each run over `rounds`, taken in turns so that a busy machine
+    weighs on all of them alike."""
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            gc.collect()
+            cpu = time.process_time()
+            run()
+            best[name] = min(best.get(name, float("inf")), time.process_time() - cpu)
+    return best
+
+
 def time_quota_ratio(groups: int, repeat: int, seed: int) -> dict[str, Any]:
     """CPU seconds of make_plan at the quota and with room on one parsed world, best of
     3 x `repeat`, taken in turns so that a busy machine weighs on both alike."""
     current, desired = build_world(groups, seed)
     rules = ingress_rules(current["SecurityGroupRules"], "current")
     wanted = ingress_rules(desired["SecurityGroupRules"], "desired")
-    best: dict[str, float] = {}
-    for _ in range(3 * repeat):
-        for name in ("room", "full"):
-            gc.collect()
-            cpu = time.process_time()
-            make_plan(rules, wanted, limits=Limits(SCENARIOS[name]))
-            best[name] = min(best.get(name, float("inf")), time.process_time() - cpu)
+    best = best_cpu(
+        {
+            name: lambda name=name: make_plan(rules, wanted, limits=Limits(SCENARIOS[name]))  # type: ignore[misc]
+            for name in ("room", "full")
+        },
+        3 * repeat,
+    )
     return {
         "groups": groups,
         "room_cpu_seconds": round(best["room"], 3),

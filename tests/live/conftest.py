@@ -5,9 +5,14 @@ answered as AWS answers it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 from sg_reconciler_tools.local import moto_hooks
+
+REGION = "us-east-1"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -18,3 +23,16 @@ def ec2_as_aws() -> Iterator[None]:
     finally:
         for patch in reversed(patches):
             patch.undo()
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
+    """moto with fake credentials; EC2 and ELBv2 clients (a module may define its own)."""
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", REGION),
+    ):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        yield boto3.client("ec2", region_name=REGION), boto3.client("elbv2", region_name=REGION)

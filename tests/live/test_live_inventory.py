@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 from live.world import MANAGED, POD_IPS, World, build_world
-from moto import mock_aws
 from sg_reconciler.adapters import inventory as inventory_module
 from sg_reconciler.adapters.inventory import read_inventory, split_on_missing
 from sg_reconciler.app.live_plan import compute_live_plan
@@ -21,18 +19,6 @@ from sg_reconciler.policy import parse_policy
 from benchmarks.call_estimate import WorldSize, describe_call_estimate
 
 REGION = "us-east-1"
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", REGION),
-    ):
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield boto3.client("ec2", region_name=REGION), boto3.client("elbv2", region_name=REGION)
 
 
 @pytest.fixture

@@ -7,44 +7,35 @@ group whose two targets are in the node group; a first full reconcile applied th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from typing import Any
 
-import pytest
 from live.test_live_inventory import count_calls
-from moto import mock_aws
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.scope import Scope
 
 from benchmarks.bench_reads import Account
 
-REGION = "us-east-1"
 LOAD_BALANCERS = 6
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", REGION),
-    ):
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield
 
 
 def event_scope(account: Account, n: int) -> Scope:
     return Scope(target_group_arns=frozenset({account.target_groups[n]}))
 
 
-def test_a_new_target_is_planned_from_its_own_target_group_alone(aws: None) -> None:
-    account = Account(LOAD_BALANCERS, backend=False)
-    tg = account.target_groups[3]
+def added_target(backend: bool, n: int, port: int) -> tuple[Account, Scope, Counter[str]]:
+    """A reconciled account where target group `n` just got a third node on `port`; the
+    event's scope; and a counter of the calls from now on."""
+    account = Account(LOAD_BALANCERS, backend=backend)
     account.elbv2.register_targets(
-        TargetGroupArn=tg, Targets=[{"Id": account.instances(0)[2], "Port": 31500}]
+        TargetGroupArn=account.target_groups[n],
+        Targets=[{"Id": account.instances(0)[2], "Port": port}],
     )
-    scope = event_scope(account, 3)
-    calls = count_calls(account.ec2, account.elbv2)
+    return account, event_scope(account, n), count_calls(account.ec2, account.elbv2)
+
+
+def test_a_new_target_is_planned_from_its_own_target_group_alone(aws: Any) -> None:
+    account, scope, calls = added_target(backend=False, n=3, port=31500)
 
     live = account.plan(scope, narrow=scope)
 
@@ -61,7 +52,7 @@ def test_a_new_target_is_planned_from_its_own_target_group_alone(aws: None) -> N
     assert sum(narrow_calls.values()) < sum(calls.values())
 
 
-def test_a_target_taken_away_is_planned_from_the_full_read(aws: None) -> None:
+def test_a_target_taken_away_is_planned_from_the_full_read(aws: Any) -> None:
     account = Account(LOAD_BALANCERS, backend=False)
     tg = account.target_groups[2]
     account.elbv2.deregister_targets(
@@ -80,14 +71,8 @@ def test_a_target_taken_away_is_planned_from_the_full_read(aws: None) -> None:
     assert [type(s) for s in live.result.steps] == [Revoke]
 
 
-def test_a_shared_backend_group_makes_every_target_group_part_of_the_read(aws: None) -> None:
-    account = Account(LOAD_BALANCERS, backend=True)
-    tg = account.target_groups[1]
-    account.elbv2.register_targets(
-        TargetGroupArn=tg, Targets=[{"Id": account.instances(0)[2], "Port": 31700}]
-    )
-    scope = event_scope(account, 1)
-    calls = count_calls(account.ec2, account.elbv2)
+def test_a_shared_backend_group_makes_every_target_group_part_of_the_read(aws: Any) -> None:
+    account, scope, calls = added_target(backend=True, n=1, port=31700)
 
     live = account.plan(scope, narrow=scope)
 
