@@ -218,19 +218,24 @@ def waits_by_flow_conflict(olds: list[RuleKey], news: list[RuleKey]) -> list[int
     return [sum(1 << i for i, new in enumerate(news) if flow_conflict(old, new)) for old in olds]
 
 
-@given(st.one_of(cases(), cases(max_current=8, max_new=6), crosswise_cases()), st.integers(-2, 3))
+@given(
+    st.one_of(cases(), cases(max_current=8, max_new=6), crosswise_cases()),
+    st.integers(-2, 3),
+    st.booleans(),
+)
 def test_the_search_plans_as_when_the_algebra_judges_every_state(
-    case: tuple[list[Doc], list[Doc]], slack: int
+    case: tuple[list[Doc], list[Doc]], slack: int, per_family: bool
 ) -> None:
     current, desired = case
     quota = max(1, largest_group(current) + slack)
+    limits = Limits(quota, per_family=per_family)  # per family: weighted as AWS counts
     rules_now, rules_wanted = ingress_rules(current, "current"), ingress_rules(desired, "desired")
     for budget in (planner.DEFAULT_SEARCH_BUDGET, 3):  # 3: the budget runs out alike too
-        fast = make_plan(rules_now, rules_wanted, OWNER, Limits(quota), budget)
+        fast = make_plan(rules_now, rules_wanted, OWNER, limits, budget)
         with (
             patch.object(planner, "_Interleaver", AlgebraInterleaver),
             patch.object(planner, "flow_waits", waits_by_flow_conflict),
         ):
-            reference = make_plan(rules_now, rules_wanted, OWNER, Limits(quota), budget)
+            reference = make_plan(rules_now, rules_wanted, OWNER, limits, budget)
         event(kind_of(reference))
         assert fast == reference

@@ -8,18 +8,30 @@ and frees nothing, and at 5,000 groups those passes cost more than the work itse
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_lock = threading.Lock()
+_depth = 0  # pauses open in the process, across threads
+_restore = False  # whether the collector was on when the first of them began
 
 
 @contextmanager
 def paused_collector() -> Iterator[None]:
-    """Disable the collector for the block (a decorator too); restore it as it was, so a
-    caller that paused it keeps it paused. Reference counting still frees what dies."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Disable the collector for the block (a decorator too). Pauses are counted process
+    wide, because the setting is: the last one to end restores the collector as the first
+    found it, whatever the threads' order. Reference counting still frees what dies."""
+    global _depth, _restore
+    with _lock:
+        if _depth == 0:
+            _restore = gc.isenabled()
+            gc.disable()
+        _depth += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _restore:
+                gc.enable()
