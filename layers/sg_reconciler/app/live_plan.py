@@ -221,7 +221,8 @@ def compute_live_plan(
 
     `narrow` (an event's scope) first reads only its peer closure; that plan is returned
     when it stands (core/narrow.py: it only authorizes, within `scope`'s groups if it names
-    any), else the account is read in full. `quotas` (a Service Quotas client) reads the
+    any) and leaves room to replace our rules it did not judge, else the account is read in
+    full. `quotas` (a Service Quotas client) reads the
     account's rule quota; without it the AWS default applies unless the policy sets one.
     `read` reads the account (a fake in tests)."""
     inventory = read(ec2, elbv2, policy, quotas, narrow)
