@@ -35,8 +35,10 @@ from sg_reconciler.core.ports import (
     LockStore,
     PlanStorage,
     RuleStore,
+    stored_groups,
 )
 from sg_reconciler.core.quota import Limits
+from sg_reconciler.core.rule_checks import adopt_calls, modify_needed, modify_target, revocable
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
     ADOPTED_DESCRIPTION_TAG_KEY,
@@ -53,9 +55,7 @@ from sg_reconciler.errors import (
     InvalidPlan,
     LockBusy,
     LockLost,
-    NotOwned,
     ReconcilerError,
-    RuleChanged,
     from_aws_code,
 )
 
@@ -189,23 +189,10 @@ class FakeRules:
         self._fault("adopt", before=True)
         rule_id, rule = step.rule_id, step.rule
         target = self.groups.get(group_id, {}).get(rule_id)  # describe: a gone group has none
-        if target is None or target.key != rule.key:
-            raise RuleChanged(
-                f"{group_id}: rule {rule_id} to adopt is "
-                + ("gone" if target is None else f"now {target.key}, not {rule.key}")
-            )
-        other = target.tag(OWNER_TAG_KEY)
-        if other is not None and other != owner:
-            raise NotOwned(f"refusing to adopt rule {target}: deployment {other!r} owns it")
-        retried = other == owner and target.tag(ADOPTED_BY_TAG_KEY) == plan_id
-        if other == owner and not retried:
+        calls = adopt_calls(group_id, target, step, owner, plan_id)
+        if target is None or calls == "none":  # (adopt_calls raised on None)
             return
-        if not retried and target.description != step.was:
-            raise RuleChanged(
-                f"{group_id}: rule {rule_id} to adopt is now described {target.description!r}, "
-                f"not {step.was!r}"
-            )
-        if not retried:
+        if calls == "tag":
             target = _with_tags(
                 target,
                 **{
@@ -233,11 +220,7 @@ class FakeRules:
         self, group_id: str, rule_ids: Sequence[str], owner: str, guard: Guard | None = None
     ) -> list[str]:
         live = self.describe([group_id])
-        present = {r.rule_id: r for r in live if r.rule_id in set(rule_ids)}
-        foreign = [str(r) for r in present.values() if not r.owned_by(owner)]
-        if foreign:
-            raise NotOwned(f"refusing to revoke rules without the owner tag: {', '.join(foreign)}")
-        ids = sorted(i for i in present if i)
+        ids = revocable(live, rule_ids, owner)
         if ids and guard is not None:
             self.guarded.append(group_id)
             guard(live)
@@ -252,10 +235,8 @@ class FakeRules:
         self, group_id: str, rule_id: str, rule: Rule, owner: str, guard: Guard | None = None
     ) -> None:
         live = self.describe([group_id])
-        target = next((r for r in live if r.rule_id == rule_id), None)
-        if target is not None and not target.owned_by(owner):
-            raise NotOwned(f"refusing to modify rule {target} without the owner tag")
-        if target is not None and target.key == rule.key and target.description == rule.description:
+        target = modify_target(live, rule_id, owner)
+        if not modify_needed(target, rule):
             return
         if guard is not None:
             self.guarded.append(group_id)
@@ -341,13 +322,7 @@ class FakePlans:
 
     def groups(self, plan: str, expected: int | None = None) -> list[str]:
         ids = [g for body in self.parts.get((plan, "groups"), []) for g in json.loads(body)]
-        if not ids or (expected is not None and len(ids) != expected):
-            raise InvalidPlan(
-                f"the plan store holds {len(ids)} group(s) for {plan}"
-                + ("" if expected is None else f", not the {expected} the execution expects")
-                + ": it expired or was never written"
-            )
-        return ids
+        return stored_groups(plan, ids, expected)
 
     def put_phase(self, plan: str, phase: str, batches: Sequence[Batch]) -> int:
         self.parts[(plan, phase)] = [json.dumps(list(b)) for b in batches]

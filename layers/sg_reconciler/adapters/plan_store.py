@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sg_reconciler.adapters.aws import typed_aws_errors
+from sg_reconciler.core.ports import stored_groups
 from sg_reconciler.errors import InvalidPlan
 
 KEEP_SECONDS = 7 * 86_400  # a plan outlives its execution (at most a day) by a week
@@ -39,13 +40,7 @@ class PlanStore:
 
     def groups(self, plan: str, expected: int | None = None) -> list[str]:
         ids = [g for part in self._parts(plan, "groups") for g in part]
-        if not ids or (expected is not None and len(ids) != expected):
-            raise InvalidPlan(
-                f"the plan store holds {len(ids)} group(s) for {plan}"
-                + ("" if expected is None else f", not the {expected} the execution expects")
-                + ": it expired or was never written"
-            )
-        return ids
+        return stored_groups(plan, ids, expected)
 
     # Phases ----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.core.plan import Adopt
+from sg_reconciler.core.rule_checks import adopt_calls, modify_needed, modify_target, revocable
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
     ADOPTED_DESCRIPTION_TAG_KEY,
@@ -25,9 +26,7 @@ from sg_reconciler.core.rules import (
 )
 from sg_reconciler.errors import (
     AwsCallFailed,
-    NotOwned,
     NotYetVisible,
-    RuleChanged,
 )
 
 _FILTER_CHUNK = 200  # values per describe filter
@@ -139,23 +138,10 @@ class SecurityGroupRules:
         the planned description (or ours, on a retry of this execution's step)."""
         rule_id, rule = step.rule_id, step.rule
         target = next((r for r in self.describe([group_id]) if r.rule_id == rule_id), None)
-        if target is None or target.key != rule.key:
-            raise RuleChanged(
-                f"{group_id}: rule {rule_id} to adopt is "
-                + ("gone" if target is None else f"now {target.key}, not {rule.key}")
-            )
-        other = target.tag(OWNER_TAG_KEY)
-        if other is not None and other != owner:
-            raise NotOwned(f"refusing to adopt rule {target}: deployment {other!r} owns it")
-        retried = other == owner and target.tag(ADOPTED_BY_TAG_KEY) == plan_id
-        if other == owner and not retried:
+        calls = adopt_calls(group_id, target, step, owner, plan_id)
+        if target is None or calls == "none":  # (adopt_calls raised on None)
             return  # already ours (adopted earlier, or made by us): nothing to take over
-        if not retried and target.description != step.was:
-            raise RuleChanged(
-                f"{group_id}: rule {rule_id} to adopt is now described {target.description!r}, "
-                f"not {step.was!r}"
-            )
-        if not retried:
+        if calls == "tag":
             tags = [
                 {"Key": OWNER_TAG_KEY, "Value": owner},
                 {"Key": ADOPTED_BY_TAG_KEY, "Value": plan_id},
@@ -241,11 +227,7 @@ class SecurityGroupRules:
     ) -> list[str]:
         """Revoke the owned rules among `rule_ids` that still exist; returns the ids revoked."""
         live = self.describe([group_id])
-        present = {r.rule_id: r for r in live if r.rule_id in set(rule_ids)}
-        foreign = [str(r) for r in present.values() if not r.owned_by(owner)]
-        if foreign:
-            raise NotOwned(f"refusing to revoke rules without the owner tag: {', '.join(foreign)}")
-        ids = sorted(i for i in present if i)
+        ids = revocable(live, rule_ids, owner)
         if ids and guard is not None:
             guard(live)
         if ids:
@@ -261,10 +243,7 @@ class SecurityGroupRules:
     ) -> None:
         """Rewrite an owned rule in place (same id, tags kept)."""
         live = self.describe([group_id])
-        target = next((r for r in live if r.rule_id == rule_id), None)
-        if target is not None and not target.owned_by(owner):
-            raise NotOwned(f"refusing to modify rule {target} without the owner tag")
-        if target is not None and target.key == rule.key and target.description == rule.description:
+        if not modify_needed(modify_target(live, rule_id, owner), rule):
             return
         if guard is not None:
             guard(live)

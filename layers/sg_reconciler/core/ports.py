@@ -21,6 +21,7 @@ from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.plan import Adopt
 from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
 from sg_reconciler.core.scope import Scope
+from sg_reconciler.errors import InvalidPlan
 
 if TYPE_CHECKING:
     from sg_reconciler.policy import Policy
@@ -133,6 +134,17 @@ class PlanStorage(Protocol):
     def phase(self, plan: str, phase: str) -> Batch:
         """Every item of a phase, in batch order (none when it has none)."""
         ...
+
+
+def stored_groups(plan: str, ids: list[str], expected: int | None) -> list[str]:
+    """A plan's group ids as a PlanStorage read them: all `expected` of them, or InvalidPlan."""
+    if not ids or (expected is not None and len(ids) != expected):
+        raise InvalidPlan(
+            f"the plan store holds {len(ids)} group(s) for {plan}"
+            + ("" if expected is None else f", not the {expected} the execution expects")
+            + ": it expired or was never written"
+        )
+    return ids
 
 
 class ExecutionStarter(Protocol):
