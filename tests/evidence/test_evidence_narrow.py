@@ -32,12 +32,10 @@ from evidence.evidence_kit import (
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.core.plan import Authorize, Plan
-from sg_reconciler.core.rules import Peer, ingress_rules
-from sg_reconciler.core.traffic import Traffic
 from sg_reconciler_tools.demo.play import TEMPLATE, deliver_events, quiet_handlers, run_planner
 from sg_reconciler_tools.demo.world import CLUSTER_TAG, DemoWorld, build_world
 from sg_reconciler_tools.local import LocalRuntime
-from workflow.world_moves import TCP, set_policy
+from workflow.world_moves import admits, set_policy
 
 OTHER_PORT = 30500
 EXPECTED: dict[Kind, str] = {  # as the fault matrix's AuthorizeSecurityGroupIngress row
@@ -103,14 +101,7 @@ def add_other_load_balancer(world: DemoWorld) -> str:
 def other_reaches_every_node_group(stage: Stage) -> bool:
     """Flow check: the second NLB's group reaches its port on every node group."""
     world = stage.world
-    for group_id in world.node_groups.values():
-        docs = world.runtime.clients.ec2.describe_security_group_rules(
-            Filters=[{"Name": "group-id", "Values": [group_id]}]
-        )["SecurityGroupRules"]
-        traffic = Traffic.of(ingress_rules(docs, "live"))
-        if not traffic.allows(group_id, Peer("group", stage.other_group), TCP, OTHER_PORT):
-            return False
-    return True
+    return all(admits(world, g, OTHER_PORT, stage.other_group) for g in world.node_groups.values())
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,14 @@ from sg_reconciler_tools.local.moto_hooks import Patch
 TCP = 6
 
 
-def admits(world: DemoWorld, group_id: str, port: int) -> bool:
-    """Flow check: the backend group (carried by the NLB) reaches `port` on the group now."""
+def admits(world: DemoWorld, group_id: str, port: int, source: str | None = None) -> bool:
+    """Flow check: `source` (by default the backend group, carried by the NLB) reaches
+    `port` on the group now."""
     docs = world.runtime.clients.ec2.describe_security_group_rules(
         Filters=[{"Name": "group-id", "Values": [group_id]}]
     )["SecurityGroupRules"]
     traffic = Traffic.of(ingress_rules(docs, "live"))
-    return traffic.allows(group_id, Peer("group", world.backend_group), TCP, port)
+    return traffic.allows(group_id, Peer("group", source or world.backend_group), TCP, port)
 
 
 def before_revoke(world: DemoWorld, group_id: str, act: Callable[[], object]) -> Patch:
