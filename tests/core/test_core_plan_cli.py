@@ -72,6 +72,74 @@ def test_the_quota_option_turns_the_change_into_a_modify(
     assert "sgr-nodeports" in doc["notes"][0]
 
 
+def per_family_files(tmp_path: Path, peer: dict[str, Any]) -> tuple[Path, Path]:
+    """Two IPv6 rules of another tool and our rule on port 80 that grows to 80-81."""
+    current = [
+        rule(NODES, (22, 22), rule_id="sgr-ssh6", CidrIpv6="2001:db8::/56"),
+        rule(NODES, (443, 443), rule_id="sgr-web6", CidrIpv6="2001:db8::/56"),
+        owned(NODES, (80, 80), "sgr-80", **peer),
+    ]
+    desired = [rule(NODES, (80, 81), **peer)]
+    return write(tmp_path / "c.json", current), write(tmp_path / "d.json", desired)
+
+
+def test_per_family_counts_ipv4_and_ipv6_rules_apart(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given a group at a flat count of 3 rules, only one of them IPv4
+    files = per_family_files(tmp_path, {"CidrIpv4": "10.0.0.0/16"})
+    # When counted flat, a fourth rule does not fit: the rule is modified in place
+    code, out, _ = run(capsys, *files, "--max-rules-per-group", "3", "--output", "json")
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["modify"]
+    # When counted per family, as AWS does, the IPv4 family has room: make-before-break
+    code, out, _ = run(
+        capsys, *files, "--max-rules-per-group", "3", "--per-family", "--output", "json"
+    )
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["authorize", "revoke"]
+
+
+def test_per_family_counts_a_prefix_list_as_its_max_entries(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    files = per_family_files(tmp_path, {"PrefixListId": "pl-0a1"})
+    # Without its size the count is unknown: bad input naming the list
+    code, out, err = run(capsys, *files, "--per-family")
+    assert_one_line_error(code, out, err)
+    assert "--prefix-list-size for pl-0a1" in err
+    # A list of 2 entries: two of them fit in a quota of 4, the replacement makes 4 + 0 later
+    code, out, _ = run(
+        capsys,
+        *files,
+        *("--max-rules-per-group", "4", "--per-family", "--prefix-list-size", "pl-0a1=IPv4:2"),
+        *("--output", "json"),
+    )
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["authorize", "revoke"]
+    # A list of 3 entries: 3 + 3 does not fit in 4, so the rule is modified in place
+    code, out, _ = run(
+        capsys,
+        *files,
+        *("--max-rules-per-group", "4", "--per-family", "--prefix-list-size", "pl-0a1=IPv4:3"),
+        *("--output", "json"),
+    )
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["modify"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "names"),
+    [
+        (["--prefix-list-size", "pl-1=IPv5:3", "--per-family"], "is not PL=FAMILY:N"),
+        (["--prefix-list-size", "pl-1=IPv4:0", "--per-family"], "N at least 1"),
+        (["--prefix-list-size", "pl-1=IPv4:3"], "only with --per-family"),
+    ],
+)
+def test_bad_prefix_list_sizes_exit_2(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path], extra: list[str], names: str
+) -> None:
+    code, out, err = run(capsys, *files, *extra)
+    assert_one_line_error(code, out, err)
+    assert names in err
+
+
 def test_an_empty_plan_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     current = write(tmp_path / "c.json", [owned(NODES, (80, 80), "sgr-1")])
     desired = write(tmp_path / "d.json", [rule(NODES, (80, 80))])
@@ -133,6 +201,60 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
     ("port in superscript digits", "desired", [{**GOOD, "ToPort": "\u00b2"}], "rule #0"),
     ("protocol in superscript digits", "desired", [{**GOOD, "IpProtocol": "\u00b2"}], "rule #0"),
     ("ambiguous description", "desired", [GOOD, {**GOOD, "Description": "x"}], "listed twice"),
+    # Every field is type-checked: a wrong type anywhere names the rule and the field.
+    (
+        "prefix list id that is an object",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "PrefixListId": {"Id": "pl-1"}}],
+        f"rule #0 ({NODES} IpProtocol=tcp FromPort=80 ToPort=80): PrefixListId must be a string",
+    ),
+    ("CIDR that is a number", "desired", [{**GOOD, "CidrIpv4": 0}], "CidrIpv4 must be a string"),
+    (
+        "CIDR that is a list",
+        "current",
+        [{**GOOD, "CidrIpv4": ["10.0.0.0/16"], "SecurityGroupRuleId": "sgr-x"}],
+        "sgr-x",
+    ),
+    ("CIDR that is false", "desired", [{**GOOD, "CidrIpv4": False}], "CidrIpv4 must be a string"),
+    (
+        "referenced group that is a string",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "ReferencedGroupInfo": "sg-lb"}],
+        "ReferencedGroupInfo must be an object",
+    ),
+    (
+        "referenced group id that is a number",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "ReferencedGroupInfo": {"GroupId": 7}}],
+        "ReferencedGroupInfo.GroupId must be a string",
+    ),
+    (
+        "referenced group's VpcId that is a list",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "ReferencedGroupInfo": {"GroupId": "sg-lb", "VpcId": []}}],
+        "ReferencedGroupInfo.VpcId must be a string",
+    ),
+    ("protocol that is a list", "desired", [{**GOOD, "IpProtocol": ["tcp"]}], "IpProtocol must be"),
+    ("protocol that is true", "desired", [{**GOOD, "IpProtocol": True}], "IpProtocol must be"),
+    ("description that is a number", "desired", [{**GOOD, "Description": 0}], "Description must"),
+    (
+        "port of an all-traffic rule that is an object",
+        "desired",
+        [{**GOOD, "IpProtocol": "-1", "FromPort": {}, "ToPort": -1}],
+        "FromPort must be an integer",
+    ),
+    (
+        "tag value that is a number",
+        "current",
+        [{**GOOD, "SecurityGroupRuleId": "sgr-x", "Tags": [{"Key": "team", "Value": 1}]}],
+        "tag 'team': Key and Value must be strings",
+    ),
+    (
+        "owner id that is a number",
+        "current",
+        [{**GOOD, "SecurityGroupRuleId": "sgr-x", "GroupOwnerId": 123456789012}],
+        "GroupOwnerId must be a string",
+    ),
 ]
 
 

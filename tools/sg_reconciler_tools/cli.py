@@ -23,7 +23,8 @@ from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
-from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, RuleError
+from sg_reconciler.core.quota import PrefixListSize
+from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, Rule, RuleError
 from sg_reconciler.errors import ReconcilerError
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, PolicyError, load_policy_file
 
@@ -49,6 +50,33 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def _prefix_list_size(text: str) -> tuple[str, PrefixListSize]:
+    match = re.fullmatch(r"(pl-[0-9a-zA-Z]+)=(IPv4|IPv6):([0-9]+)", text.strip())
+    if match is None or int(match[3]) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not PL=FAMILY:N (e.g. pl-0123=IPv4:20, N at least 1)"
+        )
+    return match[1], PrefixListSize(match[2], int(match[3]))
+
+
+def _offline_limits(args: argparse.Namespace, rules: Sequence[Rule]) -> Limits:
+    """The quota as the options say; per family, every referenced list's size must be given."""
+    sizes = dict(args.prefix_list_size)
+    if not args.per_family:
+        if sizes:
+            raise InputError("--prefix-list-size counts only with --per-family")
+        return Limits(args.max_rules_per_group)
+    missing = sorted(
+        {r.key.peer.value for r in rules if r.key.peer.kind == "prefix_list"} - sizes.keys()
+    )
+    if missing:
+        raise InputError(
+            f"--per-family counts a prefix list as its MaxEntries: give --prefix-list-size "
+            f"for {', '.join(missing)}"
+        )
+    return Limits(args.max_rules_per_group, per_family=True, prefix_lists=sizes)
 
 
 def _fingerprint(text: str) -> str:
@@ -124,6 +152,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_RULES_PER_GROUP,
         metavar="N",
         help="ingress rule quota per group (default %(default)s)",
+    )
+    plan.add_argument(
+        "--per-family",
+        action="store_true",
+        help=(
+            "count the quota as AWS and the deployed planner do: IPv4 and IPv6 rules apart, "
+            "a group reference in both, a prefix list as its MaxEntries (see --prefix-list-size)"
+        ),
+    )
+    plan.add_argument(
+        "--prefix-list-size",
+        type=_prefix_list_size,
+        action="append",
+        default=[],
+        metavar="PL=FAMILY:N",
+        help=(
+            "with --per-family: the MaxEntries and family of a referenced prefix list, e.g. "
+            "pl-0123=IPv4:20 (repeat per list; 'aws ec2 describe-managed-prefix-lists' prints both)"
+        ),
     )
     plan.add_argument(
         "--owner",
@@ -229,8 +276,16 @@ def run_live(args: argparse.Namespace) -> int:
         raise InputError("--live reads the account: drop --current and --desired")
     if args.policy is None:
         raise InputError("--live needs --policy FILE")
-    if args.owner != DEFAULT_OWNER or args.max_rules_per_group != DEFAULT_MAX_RULES_PER_GROUP:
-        raise InputError("--live takes the owner and the quota from the policy, not from options")
+    if (
+        args.owner != DEFAULT_OWNER
+        or args.max_rules_per_group != DEFAULT_MAX_RULES_PER_GROUP
+        or args.per_family
+        or args.prefix_list_size
+    ):
+        raise InputError(
+            "--live takes the owner and the quota from the policy and counts per family: "
+            "drop --owner, --max-rules-per-group, --per-family and --prefix-list-size"
+        )
     try:
         live = _read_live(args)
     except (PolicyError, RuleError) as err:
@@ -330,10 +385,9 @@ def run_plan(args: argparse.Namespace) -> int:
         raise InputError("plan needs --current and --desired, or --live with --policy")
     current = load_current(args.current)
     desired = load_desired(args.desired)
+    limits = _offline_limits(args, [*current, *desired])
     try:
-        result: Plan | Refusal = make_plan(
-            current, desired, args.owner, Limits(args.max_rules_per_group)
-        )
+        result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
     except RuleError as err:
         raise InputError(str(err)) from None
     if args.output == "json":

@@ -34,6 +34,10 @@ _PORTED = frozenset({"tcp", "udp"})
 _ICMP = frozenset({"icmp", "icmpv6"})
 _CANONICAL_PROTOCOLS = {name: name for name in (*_PROTOCOL_NUMBERS, "-1")}
 _PEER_FIELDS = ("CidrIpv4", "CidrIpv6", "PrefixListId", "ReferencedGroupInfo")
+# The other string fields describe-security-group-rules prints: never read, but type-checked,
+# so that a document broken anywhere is refused rather than half understood.
+_TEXT_FIELDS = ("GroupOwnerId", "SecurityGroupRuleArn")
+_REFERENCE_TEXT_FIELDS = ("UserId", "VpcId", "VpcPeeringConnectionId", "PeeringStatus")
 
 
 class RuleError(ValueError):
@@ -136,10 +140,14 @@ def _port_number(raw: object) -> int | None:
 
 
 def _normalize_ports(protocol: str, from_raw: object, to_raw: object) -> tuple[int, int]:
-    if protocol not in _PORTED and protocol not in _ICMP:
-        # EC2 ignores ports for all-traffic and for protocols without ports.
-        return -1, -1
     from_port, to_port = _port_number(from_raw), _port_number(to_raw)
+    if protocol not in _PORTED and protocol not in _ICMP:
+        # EC2 ignores ports for all-traffic and for protocols without ports; their type
+        # still has to be a port's (describe prints -1).
+        for name, raw, number in (("FromPort", from_raw, from_port), ("ToPort", to_raw, to_port)):
+            if raw is not None and number is None:
+                raise RuleError(f"{name} must be an integer, not {raw!r}")
+        return -1, -1
     if from_port is None or to_port is None:
         raise RuleError(
             f"{protocol} needs integer FromPort and ToPort, not {from_raw!r} and {to_raw!r}"
@@ -177,7 +185,7 @@ def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
     present = []
     for name in _PEER_FIELDS:  # a plain loop: this runs for every rule parsed
         value = doc.get(name)
-        if value or value == 0:
+        if value is not None and value != "":  # absent, as describe leaves it
             present.append(name)
     if len(present) != 1:
         found = ", ".join(present) or "none"
@@ -186,19 +194,36 @@ def _normalize_peer(doc: Mapping[str, Any]) -> Peer:
         )
     name = present[0]
     value = doc[name]
+    if name == "ReferencedGroupInfo":
+        return _peer("group", _referenced_group(value))
+    _require_text(name, value)
     try:
         if name == "CidrIpv4":
-            return _peer("cidr4", str(value))
+            return _peer("cidr4", value)
         if name == "CidrIpv6":
-            return _peer("cidr6", str(value))
+            return _peer("cidr6", value)
     except ValueError:
         raise RuleError(f"invalid {name} {value!r}") from None
-    if name == "PrefixListId":
-        return _peer("prefix_list", str(value))
-    group = value.get("GroupId") if _is_mapping(value) else None
+    return _peer("prefix_list", value)
+
+
+def _referenced_group(value: object) -> str:
+    if not _is_mapping(value):
+        raise RuleError(f"ReferencedGroupInfo must be an object with a GroupId, not {value!r}")
+    group = value.get("GroupId")
     if not group:
         raise RuleError("ReferencedGroupInfo needs a GroupId")
-    return _peer("group", str(group))
+    _require_text("ReferencedGroupInfo.GroupId", group)
+    for name in _REFERENCE_TEXT_FIELDS:
+        if value.get(name) is not None:
+            _require_text(f"ReferencedGroupInfo.{name}", value[name])
+    return str(group)
+
+
+def _require_text(name: str, value: object) -> None:
+    """Describe prints these fields as strings; anything else is a broken document, not a rule."""
+    if type(value) is not str:
+        raise RuleError(f"{name} must be a string, not {value!r}")
 
 
 def _normalize_tags(raw: object) -> tuple[tuple[str, str], ...]:
@@ -210,7 +235,10 @@ def _normalize_tags(raw: object) -> tuple[tuple[str, str], ...]:
     for tag in raw:
         if not (_is_mapping(tag) and "Key" in tag and "Value" in tag):
             raise RuleError("Tags must be a list of {Key, Value}")
-        tags.append((str(tag["Key"]), str(tag["Value"])))
+        key, value = tag["Key"], tag["Value"]
+        if type(key) is not str or type(value) is not str:
+            raise RuleError(f"tag {key!r}: Key and Value must be strings, not {value!r}")
+        tags.append((key, value))
     return tuple(sorted(tags)) if len(tags) > 1 else tuple(tags)
 
 
@@ -234,11 +262,19 @@ def rule_from_dict(doc: object) -> Rule:
         raise RuleError("a rule needs a GroupId")
     if "IpProtocol" not in doc:
         raise RuleError("a rule needs an IpProtocol")
-    protocol = normalize_protocol(doc["IpProtocol"])
+    raw_protocol = doc["IpProtocol"]
+    if type(raw_protocol) is not str and type(raw_protocol) is not int:
+        raise RuleError(f"IpProtocol must be a string, not {raw_protocol!r}")
+    protocol = normalize_protocol(raw_protocol)
     from_port, to_port = _normalize_ports(protocol, doc.get("FromPort"), doc.get("ToPort"))
-    description = doc.get("Description") or ""
-    if not isinstance(description, str):
-        raise RuleError("Description must be a string")
+    description = doc.get("Description")
+    if description is None:
+        description = ""
+    elif type(description) is not str:
+        raise RuleError(f"Description must be a string, not {description!r}")
+    for name in _TEXT_FIELDS:
+        if doc.get(name) is not None:
+            _require_text(name, doc[name])
     rule_id = doc.get("SecurityGroupRuleId")
     if rule_id is not None and (not isinstance(rule_id, str) or not rule_id):
         raise RuleError("SecurityGroupRuleId must be a non-empty string")
