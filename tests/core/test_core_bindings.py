@@ -370,3 +370,81 @@ def test_named_destinations_need_no_interface_so_unfound_pods_are_no_lookup_miss
     named = Binding(name="n", destination="named_groups", named_groups=("sg-only",))
     assert desired(inventory, named).lookup_misses == ()
     assert len(desired(inventory, Binding(name="e")).lookup_misses) == 1
+
+
+# --- a cluster-wide selection by address never over-opens -----------------------------------
+
+
+def cluster_with_both_kinds() -> tuple[Inventory, Binding, Binding]:
+    """One cluster's NLBs carry the same tags; one has security groups, one has none."""
+    grouped = lb("c-grouped", "sg-lb", subnet_cidrs=SUBNETS, scheme="internal")
+    bare = lb("c-bare", subnet_cidrs=SUBNETS, scheme="internal")
+    node = Target("i-1", 30001, ("sg-nodes",), "i-1")
+    other = Target("i-2", 30002, ("sg-nodes",), "i-2")
+    inventory = Inventory(
+        load_balancers=(grouped, bare),
+        target_groups=(tg("grouped", [grouped], [node]), tg("bare", [bare], [other])),
+        groups={g: group(g) for g in ("sg-lb", "sg-nodes")},
+        vpc_cidrs={VPC: VPC_CIDRS},
+    )
+    by_groups = Binding(
+        name="c-groups",
+        load_balancer_tags=(("cluster", "c"),),
+        destination="named_groups",
+        named_groups=("sg-nodes",),
+    )
+    by_address = replace(by_groups, name="c-addresses", source="load_balancer_addresses")
+    return inventory, by_groups, by_address
+
+
+def test_a_cluster_wide_address_binding_opens_client_cidrs_only_for_nlbs_without_groups() -> None:
+    # Given both bindings select every NLB of the cluster by its tag
+    inventory, by_groups, by_address = cluster_with_both_kinds()
+    state = desired(inventory, by_groups, by_address)
+    by_port = peers_by_port(state)
+    # Then the NLB with groups is admitted by its group only, on its port
+    assert by_port[30001] == {Peer("group", "sg-lb")}
+    # And the NLB without groups by address (its VPC's clients, internal; its subnets for
+    # health checks), on its port
+    assert by_port[30002] == {Peer("cidr4", "10.0.0.0/16"), *V4_SUBNETS}
+    # And the notes say why, naming both bindings, and claim no NLB is skipped
+    assert any(
+        "c-grouped has security groups (binding c-addresses): binding c-groups admits it" in n
+        for n in state.notes
+    )
+    assert not any("skipped" in n for n in state.notes)
+    # The order of the bindings does not matter
+    assert desired(inventory, by_address, by_groups).rules == state.rules
+
+
+def test_an_address_binding_alone_still_admits_an_nlb_with_groups_and_says_so() -> None:
+    # Given only the address binding selects the NLB with groups, its targets keep their traffic
+    inventory, _, by_address = cluster_with_both_kinds()
+    state = desired(inventory, by_address)
+    assert peers_by_port(state)[30001] == {Peer("cidr4", "10.0.0.0/16"), *V4_SUBNETS}
+    notes = [n for n in state.notes if "c-grouped has security groups" in n]
+    assert len(notes) == 1 and "load_balancer_groups would admit it" in notes[0]
+
+
+def test_a_group_binding_names_itself_when_it_skips_an_nlb_no_binding_admits() -> None:
+    inventory, by_groups, _ = cluster_with_both_kinds()
+    notes = [n for n in desired(inventory, by_groups).notes if "skipped" in n]
+    assert notes == [
+        "load balancer c-bare has no security groups (binding c-groups): no rule can name it as "
+        "a source, so its targets are skipped (a binding with rule_source "
+        "load_balancer_addresses admits it by address)"
+    ]
+
+
+def test_targets_in_no_destination_group_are_named_with_their_port() -> None:
+    inventory, by_groups, _ = cluster_with_both_kinds()
+    lost = [Target(f"10.9.0.{i}", 8080) for i in range(12)]
+    pods = tg("pods", [inventory.load_balancers[0]], lost, target_type="ip")
+    state = desired(
+        replace(inventory, target_groups=(pods,)), replace(by_groups, destination="target_enis")
+    )
+    (note,) = [n for n in state.notes if "in no destination group" in n]
+    assert note.startswith(
+        "target group pods (binding c-groups): target(s) 10.9.0.0:8080, 10.9.0.1:8080, "
+    )
+    assert "10.9.0.9:8080 and 2 more in no destination group" in note

@@ -209,6 +209,9 @@ def source_groups(lb: LoadBalancer, binding: Binding) -> tuple[str, ...]:
     return lb.security_groups
 
 
+_NAMED_TARGETS = 10  # a note names this many targets, then counts the rest
+
+
 @dataclass(frozen=True)
 class _Peers:
     traffic: tuple[Peer, ...]
@@ -232,6 +235,7 @@ class _Builder:
         self.conflicts: dict[str, str] = {}  # group -> why two bindings disagree there
         self.target_ports: dict[str, set[tuple[str, int]]] = {}
         self._missing_noted: set[str] = set()
+        self._noted: set[str] = set()
 
     def note_missing(self, group_id: str, role: str) -> None:
         if group_id not in self._missing_noted:
@@ -246,13 +250,32 @@ class _Builder:
         self.note_missing(group_id, role)
         return False
 
+    def note_once(self, note: str) -> None:
+        """A note about a load balancer is true once per plan, not once per target group."""
+        if note not in self._noted:
+            self._noted.add(note)
+            self.notes.append(note)
+
+    def other_binding(self, lb: LoadBalancer, binding: Binding, by_address: bool) -> str | None:
+        """Another binding that admits this load balancer by address (or by its groups)."""
+        for other in self.settings.bindings:
+            if (
+                other is not binding
+                and (other.source == "load_balancer_addresses") == by_address
+                and other.selects(lb.tags)
+            ):
+                return other.name
+        return None
+
     def group_peers(self, lb: LoadBalancer, binding: Binding) -> list[Peer]:
         if not lb.security_groups:
-            self.notes.append(
-                f"load balancer {lb.name} has no security groups: no rule can name it as a "
-                "source, so its targets are skipped (a binding with rule_source "
-                "load_balancer_addresses admits it by address)"
-            )
+            covered = self.other_binding(lb, binding, by_address=True)
+            if covered is None:
+                self.note_once(
+                    f"load balancer {lb.name} has no security groups (binding {binding.name}): "
+                    "no rule can name it as a source, so its targets are skipped (a binding "
+                    "with rule_source load_balancer_addresses admits it by address)"
+                )
             return []
         backend = binding.backend_group
         if backend is not None and backend not in lb.security_groups:
@@ -288,6 +311,21 @@ class _Builder:
         if binding.source != "load_balancer_addresses":
             peers = tuple(self.group_peers(lb, binding))
             return _Peers(peers, peers)
+        if lb.security_groups:
+            by_groups = self.other_binding(lb, binding, by_address=False)
+            if by_groups is not None:
+                # Its groups admit it (binding `by_groups`): client CIDRs on its targets would
+                # open traffic the account never needed.
+                self.note_once(
+                    f"load balancer {lb.name} has security groups (binding {binding.name}): "
+                    f"binding {by_groups} admits it by them, so it is not admitted by address"
+                )
+                return _Peers((), ())
+            self.note_once(
+                f"load balancer {lb.name} has security groups (binding {binding.name}) but only "
+                "this binding selects it, so it is admitted by address; a binding with "
+                "rule_source load_balancer_groups would admit it without client CIDRs"
+            )
         family = "cidr6" if tg.ip_address_type == "ipv6" else "cidr4"
         own = tuple(p for p in map(cidr_peer, lb.subnet_cidrs) if p.kind == family)
         if not own:
@@ -402,7 +440,7 @@ class _Builder:
         check_health = binding.include_health_checks and tg.health_check_enabled
         why = f"target group {tg.name} ({', '.join(lb.name for lb in lbs)})"
         tg_hosts: set[str] = set()
-        unplaced = 0
+        unplaced: list[str] = []
         for target in tg.targets:
             port = target.port if target.port is not None else tg.port
             if port is None:
@@ -413,7 +451,7 @@ class _Builder:
             if hosts is None or unknown:
                 self.miss(tg, target, traffic, port, (health_protocol, health_port))
             if not hosts:
-                unplaced += 1
+                unplaced.append(f"{target.target_id}:{port}")
                 continue
             tg_hosts.update(hosts)
             wants = [(protocol, port, traffic_peers) for protocol in traffic]
@@ -428,8 +466,11 @@ class _Builder:
                     for peer in peers:
                         self.need((host, peer, protocol), wanted, why, binding)
         if unplaced:
+            shown = ", ".join(unplaced[:_NAMED_TARGETS])
+            more = len(unplaced) - _NAMED_TARGETS
             self.notes.append(
-                f"target group {tg.name}: {unplaced} target(s) in no destination group "
+                f"target group {tg.name} (binding {binding.name}): target(s) {shown}"
+                f"{f' and {more} more' if more > 0 else ''} in no destination group "
                 "(interface not found or no matching group): no rules for them"
             )
         all_peers = {*traffic_peers, *health_peers}
