@@ -226,6 +226,11 @@ INTERNALS = [
     ("moto.stepfunctions.responses", None, "get_backend"),
     ("moto.dynamodb.models.table", "Table", "create_from_cloudformation_json"),
     ("moto.events.models", "Rule", "send_to_targets"),
+    (
+        "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl",
+        "ErrorEqualsDecl",
+        "_eval_body",
+    ),
 ]
 
 
@@ -425,6 +430,63 @@ def test_undoing_the_sleep_hooks_restores_the_real_ones() -> None:
         assert wait_function.WaitFunction._wait_interval is not original_wait
     assert getattr(retrier_decl, "time") is time  # noqa: B009
     assert wait_function.WaitFunction._wait_interval is original_wait
+
+
+def runtime_error_caught_by(error_equals: list[str]) -> dict[str, Any]:
+    """A Task whose Parameters name a path the input lacks: States.Runtime, as on AWS."""
+    return {
+        "StartAt": "Read a missing path",
+        "States": {
+            "Read a missing path": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::aws-sdk:dynamodb:listTables",
+                "Parameters": {"Limit.$": "$.missing.path"},
+                "Retry": [{"ErrorEquals": error_equals, "MaxAttempts": 2}],
+                "Catch": [{"ErrorEquals": error_equals, "Next": "Clean up"}],
+                "End": True,
+            },
+            "Clean up": {"Type": "Pass", "End": True},
+        },
+    }
+
+
+def test_states_all_does_not_catch_a_runtime_error_as_on_aws(mocked: Mocked) -> None:
+    # Given moto alone: its States.ALL catches States.Runtime (AWS's does not)
+    result = mocked.run(runtime_error_caught_by(["States.ALL"]))
+    assert result["status"] == "SUCCEEDED", "moto now fails at the state: drop the hook?"
+    # When the hook is on, the execution ends at the state, as on AWS, with no retry
+    sleeps = Recorder()
+    with moto_hooks.patch_states_all_as_aws(), moto_hooks.patch_retry_sleep(sleeps):
+        result = mocked.run(runtime_error_caught_by(["States.ALL"]))
+        assert (result["status"], result["error"]) == ("FAILED", "States.Runtime")
+        assert sleeps.snapshot() == []
+        # And naming the error still catches it (ErrorEquals compares names)
+        named = mocked.run(runtime_error_caught_by(["States.Runtime"]))
+        assert named["status"] == "SUCCEEDED"
+    # And undone, moto's own behaviour is back
+    assert mocked.run(runtime_error_caught_by(["States.ALL"]))["status"] == "SUCCEEDED"
+
+
+def test_states_all_still_catches_a_task_error_under_the_hook(mocked: Mocked) -> None:
+    arn = mocked.function("failing")
+
+    def dispatch(name: str, payload: bytes) -> LambdaResult:
+        return LambdaResult(b'{"errorType": "Denied", "errorMessage": "no"}', "Unhandled")
+
+    definition = {
+        "StartAt": "Try",
+        "States": {
+            "Try": {
+                "Type": "Task",
+                "Resource": arn,
+                "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Clean up"}],
+                "End": True,
+            },
+            "Clean up": {"Type": "Pass", "End": True},
+        },
+    }
+    with moto_hooks.patch_lambda_invoke(dispatch), moto_hooks.patch_states_all_as_aws():
+        assert mocked.run(definition)["status"] == "SUCCEEDED"
 
 
 # (d) EC2 fidelity --------------------------------------------------------------------------

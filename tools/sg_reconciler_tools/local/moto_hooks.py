@@ -247,6 +247,42 @@ def patch_retry_sleep(record: Callable[[float], None]) -> Patch:
     return _replace(retrier_decl, "time", _RecordingClock(record), path)
 
 
+# States.ALL as AWS has it: "States.ALL ... can't catch the States.DataLimitExceeded terminal
+# error type and runtime error types" and "a retry or catch on States.ALL won't catch
+# States.Runtime errors" (AWS Step Functions Developer Guide, "Handling errors in Step
+# Functions workflows", Error names). moto's ErrorEqualsDecl matches States.ALL to every
+# error, so locally a runtime error ran the ASL's own cleanup where AWS ends the execution
+# at that state (and only the lock janitor frees its locks).
+UNCATCHABLE_BY_ALL = frozenset({"States.Runtime", "States.DataLimitExceeded"})
+
+
+def patch_states_all_as_aws() -> Patch:
+    """States.ALL in a Retry or Catch no longer matches States.Runtime or
+    States.DataLimitExceeded (naming them explicitly still does, as ErrorEquals compares names).
+
+    Wraps `moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl
+    .ErrorEqualsDecl._eval_body`, which pops the error name and pushes whether it matched."""
+    from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
+
+    path = "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl.ErrorEqualsDecl"
+    decl = error_equals_decl.ErrorEqualsDecl
+    original = _require(decl, "_eval_body", path)
+    wildcard = _require(decl, "_STATE_ALL_ERROR", path)
+
+    def _eval_body(self: Any, env: Any) -> None:
+        error = env.stack[-1]
+        if (
+            getattr(error, "error_name", None) in UNCATCHABLE_BY_ALL
+            and wildcard in self.error_names
+        ):
+            env.stack.pop()
+            env.stack.append(False)
+            return
+        original(self, env)
+
+    return _replace(decl, "_eval_body", _eval_body, path)
+
+
 # (d) -------------------------------------------------------------------------------------
 
 

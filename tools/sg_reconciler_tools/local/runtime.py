@@ -190,6 +190,7 @@ class LocalRuntime:
             self._patches = [
                 moto_hooks.patch_wait_states(self.waits),
                 moto_hooks.patch_retry_sleep(self.retry_sleeps),
+                moto_hooks.patch_states_all_as_aws(),
                 # The steps' pacer records its waits instead of sleeping, as Retry and Wait
                 # do here (`Ec2RateLimit` makes them take simulated time).
                 patch_pacer(self.pacer_sleeps),
