@@ -299,6 +299,14 @@ class FakeLocks:
             raise LockLost(f"{group_id} is no longer locked by {holder}")
         self.items[group_id] = (holder, self.now + lease_seconds)
 
+    def fence(self, group_id: str, holder: str, lease_seconds: int) -> None:
+        other, until = self.items.get(group_id, ("nobody", 0.0))
+        if other != holder or until < self.now:
+            raise LockLost(
+                f"{group_id} is no longer locked by {holder} (freed, expired or taken over)"
+            )
+        self.items[group_id] = (holder, self.now + lease_seconds)
+
     def release(self, group_ids: Sequence[str], holder: str) -> list[str]:
         released = [g for g in sorted(set(group_ids)) if self.holder(g) == holder]
         for group_id in released:

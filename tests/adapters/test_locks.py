@@ -126,3 +126,26 @@ def test_other_status_changes_free_nothing(dynamodb: Any, status: str, machine: 
 def test_a_malformed_status_event_is_an_invalid_plan_error(dynamodb: Any) -> None:
     with pytest.raises(InvalidPlan, match="detail"):
         release_after_stop({"detail-type": "x"}, GroupLocks(dynamodb, TABLE, Clock()), MACHINE)
+
+
+def test_fence_passes_only_for_the_holder_of_a_live_lease(dynamodb: Any) -> None:
+    # Given exec-1 holds sg-a, sg-b and sg-c with a 60 s lease
+    clock = Clock()
+    locks = GroupLocks(dynamodb, TABLE, clock)
+    locks.acquire(["sg-a", "sg-b", "sg-c"], "exec-1", 60)
+    # Then its fence passes (and extends the lease) while it holds the lock
+    clock.now += 50
+    locks.fence("sg-a", "exec-1", 60)
+    clock.now += 50  # 100 s after acquiring: alive only by the fence's renewal
+    locks.fence("sg-a", "exec-1", 60)
+    # But not once the janitor freed a lock, another execution took one, or a lease ran out
+    assert locks.release(["sg-b"], "exec-1") == ["sg-b"]
+    with pytest.raises(LockLost):
+        locks.fence("sg-b", "exec-1", 60)
+    clock.now += 61
+    assert locks.acquire(["sg-c"], "exec-2", 60) == ["sg-c"]
+    with pytest.raises(LockLost):
+        locks.fence("sg-c", "exec-1", 60)
+    with pytest.raises(LockLost):  # expired and not taken: renew would pass, the fence not
+        locks.fence("sg-a", "exec-1", 60)
+    locks.renew("sg-a", "exec-1", 60)

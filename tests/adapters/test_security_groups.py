@@ -9,11 +9,22 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from moto import mock_aws
+from sg_reconciler.adapters import pacing
+from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.adapters.security_groups import SecurityGroupRules, typed_aws_errors
+from sg_reconciler.core.guard import call_would_lose
+from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler.core.plan import Adopt
 from sg_reconciler.core.rules import OWNER_TAG_KEY, PLAN_TAG_KEY, Rule, rule_from_dict
-from sg_reconciler.errors import GroupNotFound, NotOwned, RuleChanged, TransientAwsError
+from sg_reconciler.errors import (
+    GroupNotFound,
+    NotOwned,
+    RuleChanged,
+    TransientAwsError,
+    WouldLoseTraffic,
+)
 from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local.faults import Fault, FaultInjector
 
 OWNER = "sg-reconciler"
 
@@ -179,3 +190,41 @@ def test_adopting_a_rule_that_changed_or_that_another_deployment_owns_is_refused
     with pytest.raises(RuleChanged, match="now described 'hand-made, keep'"):
         rules.adopt(node, Adopt(node, theirs, ours, "theirs=shared"), OWNER, "plan-1")
     assert not rules.describe([node])[0].tags  # untouched
+
+
+def test_a_retried_revoke_is_guarded_again_after_its_backoff(
+    ec2: Any, groups: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given our old rule 31000-32000 and the new 31000-32500 that replaces it
+    node, lb = groups
+    sg = SecurityGroupRules(ec2, Pacer(pacing_for(1000)))
+    (old,) = sg.authorize(node, [rule(node, lb, 31000, 32000)], OWNER, "p0").values()
+    (new,) = sg.authorize(node, [rule(node, lb, 31000, 32500)], OWNER, "p1").values()
+    desired = [rule(node, lb, 31000, 32500)]
+    guarded: list[int] = []
+
+    def guard(live: list[Rule]) -> None:
+        guarded.append(len(live))
+        problems = call_would_lose(live, {old}, (), desired)
+        if problems:
+            raise WouldLoseTraffic("; ".join(problems))
+
+    # When the revoke of the old rule is throttled and, during its backoff, someone revokes
+    # the new rule by hand
+    fault = Fault("ec2", "RevokeSecurityGroupIngress", "RequestLimitExceeded")
+    with FaultInjector(fault) as faults:
+        moved: list[float] = []
+
+        def backoff(seconds: float) -> None:
+            if faults.fired and not moved:
+                moved.append(seconds)
+                ec2.revoke_security_group_ingress(GroupId=node, SecurityGroupRuleIds=[new])
+
+        monkeypatch.setattr(pacing, "sleep", backoff)
+        with pytest.raises(WouldLoseTraffic):
+            sg.revoke(node, [old], OWNER, guard)
+    # Then the retry read the group again, its guard saw the change and no call was made:
+    # the old rule still admits the traffic
+    assert moved and guarded == [2, 1]
+    assert faults.calls("ec2", "RevokeSecurityGroupIngress") == 2  # ours (throttled), theirs
+    assert [r.rule_id for r in sg.describe([node])] == [old]

@@ -75,6 +75,29 @@ class GroupLocks:
         ):
             raise LockLost(f"{group_id} is no longer locked by {holder}")
 
+    def fence(self, group_id: str, holder: str, lease_seconds: int) -> None:
+        """The fencing check before each attempt of a revoke or modify: renew only a live
+        lease of `holder`. The holder is the execution's name, unique for 90 days, so the
+        condition is the fencing token: a lock freed by the janitor (item gone), taken over
+        (another holder) or run out (lease past) fails it, and the write is not made."""
+        now = int(self.clock())
+        if not _conditional(
+            self.dynamodb.update_item,
+            TableName=self.table,
+            Key={"group_id": {"S": group_id}},
+            UpdateExpression="SET lease_expires_at = :until",
+            ConditionExpression="holder = :me AND lease_expires_at >= :now",
+            ExpressionAttributeValues={
+                ":me": {"S": holder},
+                ":now": {"N": str(now)},
+                ":until": {"N": str(now + lease_seconds)},
+            },
+        ):
+            raise LockLost(
+                f"{group_id} is no longer locked by {holder} (freed, expired or taken over): "
+                "no call made"
+            )
+
     def release(self, group_ids: Sequence[str], holder: str) -> list[str]:
         """Delete this holder's locks; locks held by others are left alone."""
         released = []

@@ -32,7 +32,8 @@ from sg_reconciler.errors import (
 _FILTER_CHUNK = 200  # values per describe filter
 T = TypeVar("T")
 
-# Called with the group's live rules right before a revoke or modify; raises to stop the call.
+# Called with the group's live rules right before each attempt of a revoke or modify; raises
+# to stop the call.
 Guard = Callable[[list[Rule]], None]
 
 
@@ -172,12 +173,15 @@ class SecurityGroupRules:
         return sorted(handed)
 
     def _rewrite(self, group_id: str, rule_id: str, rule: Rule, *, described: bool = False) -> None:
+        self._write(lambda: self._modify_call(group_id, rule_id, rule, described=described))
+
+    def _modify_call(
+        self, group_id: str, rule_id: str, rule: Rule, *, described: bool = False
+    ) -> None:
         request = rule_request(rule, described=described)
-        self._write(
-            lambda: self.ec2.modify_security_group_rules(
-                GroupId=group_id,
-                SecurityGroupRules=[{"SecurityGroupRuleId": rule_id, "SecurityGroupRule": request}],
-            )
+        self.ec2.modify_security_group_rules(
+            GroupId=group_id,
+            SecurityGroupRules=[{"SecurityGroupRuleId": rule_id, "SecurityGroupRule": request}],
         )
 
     def authorize(
@@ -225,26 +229,35 @@ class SecurityGroupRules:
     def revoke(
         self, group_id: str, rule_ids: Sequence[str], owner: str, guard: Guard | None = None
     ) -> list[str]:
-        """Revoke the owned rules among `rule_ids` that still exist; returns the ids revoked."""
-        live = self.describe([group_id])
-        ids = revocable(live, rule_ids, owner)
-        if ids and guard is not None:
-            guard(live)
-        if ids:
-            self._write(
-                lambda: self.ec2.revoke_security_group_ingress(
-                    GroupId=group_id, SecurityGroupRuleIds=ids
-                )
-            )
-        return ids
+        """Revoke the owned rules among `rule_ids` that still exist; returns the ids revoked.
+
+        Each attempt reads the group and runs the guard before its call, the first and every
+        retry after a throttled answer: a change made during the backoff (seconds) stops the
+        call as one made before the first attempt does (docs/invariants.md, invariant 7)."""
+
+        def attempt() -> list[str]:
+            live = self.describe([group_id])
+            ids = revocable(live, rule_ids, owner)
+            if ids:
+                if guard is not None:
+                    guard(live)
+                self.ec2.revoke_security_group_ingress(GroupId=group_id, SecurityGroupRuleIds=ids)
+            return ids
+
+        return self._write(attempt)
 
     def modify(
         self, group_id: str, rule_id: str, rule: Rule, owner: str, guard: Guard | None = None
     ) -> None:
-        """Rewrite an owned rule in place (same id, tags kept)."""
-        live = self.describe([group_id])
-        if not modify_needed(modify_target(live, rule_id, owner), rule):
-            return
-        if guard is not None:
-            guard(live)
-        self._rewrite(group_id, rule_id, rule)
+        """Rewrite an owned rule in place (same id, tags kept); each attempt read and
+        guarded as a revoke's is."""
+
+        def attempt() -> None:
+            live = self.describe([group_id])
+            if not modify_needed(modify_target(live, rule_id, owner), rule):
+                return
+            if guard is not None:
+                guard(live)
+            self._modify_call(group_id, rule_id, rule)
+
+        self._write(attempt)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -350,6 +351,10 @@ def _apply_group(
     desired = _item_desired(item, steps)
     owner = request.owner
     locks.renew(group_id, request.holder, lease_seconds)
+
+    def fence() -> None:
+        locks.fence(group_id, request.holder, lease_seconds)
+
     done: list[dict[str, Any]] = []
     for step in steps:
         if isinstance(step, Authorize):
@@ -359,14 +364,14 @@ def _apply_group(
             rules.adopt(group_id, step, owner, request.plan_id)
             done.append({"action": "adopt", "rule_ids": [step.rule_id]})
         elif isinstance(step, Revoke):
-            guard = _guard(group_id, set(step.rule_ids), (), desired)
+            guard = _guard(group_id, set(step.rule_ids), (), desired, fence)
             try:
                 revoked = rules.revoke(group_id, step.rule_ids, owner, guard)
             except GroupNotFound:
                 revoked = []  # the group and its rules are gone: nothing left to revoke
             done.append({"action": "revoke", "rule_ids": revoked})
         else:
-            guard = _guard(group_id, {step.rule_id}, (step.rule,), desired)
+            guard = _guard(group_id, {step.rule_id}, (step.rule,), desired, fence)
             rules.modify(group_id, step.rule_id, step.rule, owner, guard)
             done.append({"action": "modify", "rule_ids": [step.rule_id]})
     return done
@@ -387,8 +392,19 @@ def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
         raise InvalidPlan(f"desired rules of {item.group_id}: {err}") from None
 
 
-def _guard(group_id: str, removed: set[str], added: tuple[Rule, ...], desired: list[Rule]) -> Guard:
+def _guard(
+    group_id: str,
+    removed: set[str],
+    added: tuple[Rule, ...],
+    desired: list[Rule],
+    fence: Callable[[], None],
+) -> Guard:
+    """What runs before each attempt of a revoke or modify (the first and every retry after
+    a backoff): the lock is still ours with a live lease (fencing: LockLost, no call), then
+    the live rules keep the desired traffic (WouldLoseTraffic, no call)."""
+
     def check(live: list[Rule]) -> None:
+        fence()
         problems = call_would_lose(live, removed, added, desired)
         if problems:
             raise WouldLoseTraffic(

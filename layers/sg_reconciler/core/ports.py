@@ -26,7 +26,8 @@ from sg_reconciler.errors import InvalidPlan
 if TYPE_CHECKING:
     from sg_reconciler.policy import Policy
 
-# Called with a group's live rules right before a revoke or modify; raises to stop the call.
+# Called with a group's live rules right before each attempt of a revoke or modify (a retry
+# after a backoff reads them again); raises to stop the call.
 Guard = Callable[[list[Rule]], None]
 Batch = list[dict[str, Any]]  # one Map item's share of a phase: a few groups' calls
 
@@ -99,6 +100,12 @@ class LockStore(Protocol):
 
     def renew(self, group_id: str, holder: str, lease_seconds: int) -> None:
         """Extend the holder's lease; LockLost when another execution took the group."""
+        ...
+
+    def fence(self, group_id: str, holder: str, lease_seconds: int) -> None:
+        """Right before each attempt of a destructive write: extend the lease only if the
+        holder still has the lock with a live lease; LockLost when it was freed (the
+        janitor), expired or taken over, so a late writer stops without writing."""
         ...
 
     def release(self, group_ids: Sequence[str], holder: str) -> list[str]:
