@@ -51,7 +51,8 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(event_ids=event_ids[:20])
 
     def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
-        plan_live, _ = live_planner(settings, attempts=5)
+        seconds_left = context.get_remaining_time_in_millis() / 1000
+        plan_live, _ = live_planner(settings, attempts=5, seconds_left=seconds_left)
         return plan_live(scope, narrow)
 
     store = plan_store(settings)

@@ -18,7 +18,9 @@ from sg_reconciler.wiring import live_planner, plan_store
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
-    plan_live, settle_seconds = live_planner(config)
+    plan_live, settle_seconds = live_planner(
+        config, seconds_left=context.get_remaining_time_in_millis() / 1000
+    )
 
     def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         # Typed errors, so the state machine retries a throttled or failed read (a bare

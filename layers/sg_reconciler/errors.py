@@ -82,6 +82,12 @@ class RevokeFailed(ReconcilerError):
     """A group's revoke calls failed (after their retries): the execution stops in a safe superset."""
 
 
+class ReadsOutOfTime(ReconcilerError):
+    """The paced reads could not finish before the function's deadline (too many for the
+    pace, or throttled by others for too long): not retried, as the same read takes as long
+    again; the next run reads again."""
+
+
 class BadConfiguration(ReconcilerError):
     """A function's environment or the policy document is invalid."""
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sg_reconciler.core.pacing import DEFAULT_WRITES_PER_SECOND
+from sg_reconciler.core.pacing import DEFAULT_READS_PER_SECOND, DEFAULT_WRITES_PER_SECOND
 from sg_reconciler.core.rules import DEFAULT_OWNER
 from sg_reconciler.errors import BadConfiguration, validation_message
 
@@ -28,6 +28,10 @@ class _Deployment(_FromEnvironment):
     stack_id: str = Field("", alias="STACK_ID")
     lock_table: str = Field("", alias="LOCK_TABLE_NAME")
     plan_table: str = Field("", alias="PLAN_TABLE_NAME")
+    # ELBv2 describes a second, and the same share of EC2's read buckets (core/pacing.py)
+    reads_per_second: float = Field(
+        DEFAULT_READS_PER_SECOND, alias="READS_PER_SECOND", gt=0, le=1000
+    )
 
 
 class StepSettings(_Deployment):

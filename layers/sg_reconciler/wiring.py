@@ -6,15 +6,16 @@ below has mypy check that each adapter satisfies its port."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters import pacing
-from sg_reconciler.adapters.aws import client
+from sg_reconciler.adapters.aws import client, read_client
 from sg_reconciler.adapters.locks import GroupLocks
-from sg_reconciler.adapters.pacing import Pacer
+from sg_reconciler.adapters.pacing import Pacer, ReadPacer
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.core.pacing import pacing_for
+from sg_reconciler.core.pacing import pacing_for, read_pace
 
 if TYPE_CHECKING:
     # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
@@ -32,13 +33,36 @@ if TYPE_CHECKING:
     from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
 
 
+READ_MARGIN_SECONDS = 20  # of a function's time, kept after its reads to plan and report
+
+
+@cache
+def _read_pacer(reads_per_second: float) -> ReadPacer:
+    return ReadPacer(read_pace(reads_per_second))
+
+
+def read_pacer(
+    config: StepSettings | PlannerSettings | None, seconds_left: float | None = None
+) -> ReadPacer:
+    """The process's read pacer at the deployment's pace (one per process, so the threads and
+    the successive invocations of a function share its buckets), with this invocation's
+    deadline: `seconds_left` less a margin, or none."""
+    deadline = None
+    if seconds_left is not None:
+        deadline = pacing.clock() + max(0.0, seconds_left - READ_MARGIN_SECONDS)
+    reads = config.reads_per_second if config is not None else read_pace().reads_per_second
+    return _read_pacer(reads).until(deadline)
+
+
 def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> SecurityGroupRules:
-    """The steps' EC2 reader and writer; with `config`, writes are paced at its rate and a
-    throttled write backs off in the step for `seconds_left` (less a margin to report)."""
+    """The steps' EC2 reader and writer; its reads are paced at the deployment's read pace;
+    with `config`, writes are paced at its rate and a throttled write backs off in the step
+    for `seconds_left` (less a margin to report)."""
+    ec2 = read_pacer(config, seconds_left or None).install(client("ec2"))
     if config is None:
-        return SecurityGroupRules(client("ec2"))
+        return SecurityGroupRules(ec2)
     deadline = pacing.clock() + max(0.0, seconds_left - 15)
-    return SecurityGroupRules(client("ec2"), Pacer(pacing_for(config.writes_per_second), deadline))
+    return SecurityGroupRules(ec2, Pacer(pacing_for(config.writes_per_second), deadline))
 
 
 def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
@@ -63,11 +87,15 @@ def plan_store(config: StepSettings | PlannerSettings, attempts: int = 3) -> Pla
     return PlanStore(client("dynamodb", attempts), config.plan_table)
 
 
-def live_planner(config: StepSettings | PlannerSettings, attempts: int = 1) -> tuple[Replan, int]:
+def live_planner(
+    config: StepSettings | PlannerSettings, attempts: int = 1, seconds_left: float | None = None
+) -> tuple[Replan, int]:
     """The planner's read-derive-plan for this deployment, and the policy's settle time.
 
-    The owner name comes from the stack (one source); the policy may not name another, and
-    the run refuses to start while another stack claims the name (invariant 10)."""
+    Its EC2 and ELBv2 reads are paced at the deployment's read pace and a throttled read is
+    retried until `seconds_left` (less a margin) has passed (invariant 15). The owner name
+    comes from the stack (one source); the policy may not name another, and the run refuses
+    to start while another stack claims the name (invariant 10)."""
     from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
     from sg_reconciler.app.live_plan import compute_live_plan
@@ -79,16 +107,19 @@ def live_planner(config: StepSettings | PlannerSettings, attempts: int = 1) -> t
         client("ssm", attempts), config.owner_claim_parameter, config.stack_id, config.owner
     )
     releases = BrakeReleases(client("dynamodb", attempts), config.lock_table)
+    reads = read_pacer(config, seconds_left)
+    ec2 = reads.install(read_client("ec2", attempts))
+    elbv2 = reads.install(read_client("elbv2", attempts))
 
     def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
         live = compute_live_plan(
-            client("ec2", attempts),
-            client("elbv2", attempts),
+            ec2,
+            elbv2,
             policy,
             scope,
             narrow=narrow,
             partial=True,
-            quotas=client("service-quotas", attempts),
+            quotas=read_client("service-quotas", attempts),
             released=releases.released if config.lock_table else None,
         )
         if live.brake is not None and not live.released and config.lock_table:

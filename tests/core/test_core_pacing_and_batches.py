@@ -7,7 +7,15 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sg_reconciler.core.pacing import BURST, MAX_CONCURRENCY, full_jitter, pacing_for
+from sg_reconciler.core.pacing import (
+    BURST,
+    EC2_READ_BUCKET,
+    ELBV2_READ_BUCKET,
+    MAX_CONCURRENCY,
+    full_jitter,
+    pacing_for,
+    read_pace,
+)
 from sg_reconciler.core.phases import batch_refs, batched, phase_batches
 
 
@@ -84,3 +92,30 @@ def test_the_state_carries_batch_numbers_and_each_ordered_calls_settle() -> None
     # The references stay small however many groups change: a few bytes per batch
     big = batch_refs(phase_batches({"authorize": items(10_000), "revoke": items(10_000)}, 3))
     assert len(json.dumps(big)) < 8 * 1024
+
+
+def test_the_default_read_pace_leaves_nine_tenths_of_each_documented_bucket() -> None:
+    pace = read_pace()
+    elbv2, ec2 = pace.bucket("elbv2"), pace.bucket("ec2")
+    assert elbv2 is not None and ec2 is not None
+    # ELBv2 Describe*: 40 tokens, 10 a second; EC2 reads: 100 tokens, 20 a second per API
+    assert (elbv2.per_second, elbv2.burst) == (pytest.approx(1.0), 4)
+    assert (ec2.per_second, ec2.burst) == (pytest.approx(2.0), 10)
+    assert elbv2.per_second <= 0.1 * ELBV2_READ_BUCKET[1] and elbv2.burst <= 0.1 * 40
+    assert ec2.per_second <= 0.1 * EC2_READ_BUCKET[1] and ec2.burst <= 0.1 * 100
+    assert pace.bucket("ssm") is None  # a few reads an invocation: not paced
+
+
+@given(st.floats(0.1, 1000))
+def test_every_bucket_gets_the_same_share_and_at_least_one_token(rate: float) -> None:
+    pace = read_pace(rate)
+    for service, (capacity, refill) in (("elbv2", ELBV2_READ_BUCKET), ("ec2", EC2_READ_BUCKET)):
+        bucket = pace.bucket(service)
+        assert bucket is not None
+        assert bucket.per_second == pytest.approx(refill * rate / 10)
+        assert 1 <= bucket.burst <= max(1, capacity * rate / 10)
+
+
+def test_a_read_pace_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        read_pace(0)

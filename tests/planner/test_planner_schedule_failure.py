@@ -18,6 +18,9 @@ class LambdaContext:
     invoked_function_arn: str = "arn:aws:lambda:eu-west-1:123456789012:function:planner"
     aws_request_id: str = "req-1"
 
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000  # the planner's timeout, as a fresh invocation has it
+
 
 @pytest.fixture
 def environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:

@@ -2,7 +2,11 @@
 translation of AWS errors into the typed errors the state machine matches.
 
 Lambda clients make one attempt per call by default: Step Functions retries, visibly in the
-console, with its own backoff. The CLI's clients have short timeouts and few retries so that
+console, with its own backoff. Reads are the exception: a throttled read is retried in the
+function, paced, until its deadline (`adapters.pacing.ReadPacer`), because a read that
+starts over from its first call under Step Functions' Retry meets the same throttle again.
+The planner's and the refresh's readers have clients of their own (`read_client`), so that
+a step's writes never go through a reader's retries. The CLI's clients have short timeouts and few retries so that
 an unreachable endpoint fails in seconds.
 """
 
@@ -38,6 +42,20 @@ def client(service: str, attempts: int = 1) -> Any:
     return make(
         service, config=Config(retries={"mode": "standard", "total_max_attempts": attempts})
     )
+
+
+def read_config(attempts: int = 1) -> Config:
+    """The readers' client configuration: botocore's standard retries for what is not a
+    throttle (a throttled read is retried by the read pacer)."""
+    return Config(retries={"mode": "standard", "total_max_attempts": attempts})
+
+
+@cache
+def read_client(service: str, attempts: int = 1) -> Any:
+    """A client for the account reads of the planner and the refresh (paced by the caller),
+    apart from `client`'s, which the steps also write with."""
+    make: Any = boto3.client
+    return make(service, config=read_config(attempts))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@ at once drains it and, throttled past its retries, rolls back. One setting, writ
 second, sets how many Map items run at once and how far apart each item spaces its own
 writes, so that together they stay at the refill rate; a throttled call backs off with full
 jitter (AWS's "Exponential Backoff And Jitter") for as long as the step may run.
+
+Reads are paced the same way (`ReadPace`), at a share of AWS's documented read buckets, so
+that the reconciler never spends the budget the other tools of the account need.
 """
 
 from __future__ import annotations
@@ -54,3 +57,51 @@ def pacing_for(writes_per_second: float = DEFAULT_WRITES_PER_SECOND) -> Pacing:
 def full_jitter(attempt: int, random: Callable[[], float]) -> float:
     """The wait before retry `attempt` (0-based): uniform in [0, min(cap, base * 2^attempt)]."""
     return float(random() * min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0**attempt))
+
+
+# Reads ---------------------------------------------------------------------------------------
+# AWS's documented read buckets, per account and region, shared with every other tool there
+# ("Request throttling for the Elastic Load Balancing API", "Request throttling for the
+# Amazon EC2 API"): every ELBv2 Describe* draws on one bucket (and every ELBv2 call on an
+# account-level one of the same size); EC2 has a bucket per read API.
+ELBV2_READ_BUCKET = (40, 10.0)  # capacity, refill per second
+EC2_READ_BUCKET = (100, 20.0)  # per API (50 / 10 unfiltered, unpaginated: never made here)
+DEFAULT_READS_PER_SECOND = 1.0  # ELBv2 describes a second: a tenth of the refill
+
+
+@dataclass(frozen=True)
+class BucketPace:
+    """How fast one bucket's share is spent: `per_second` sustained, `burst` at once."""
+
+    per_second: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class ReadPace:
+    """The reads one invocation makes: `reads_per_second` ELBv2 describes a second, and the
+    same share of every other documented bucket (EC2: twice as many per API, as its refill
+    is twice ELBv2's). The default, 1, leaves 90% of each bucket to the other tools of the
+    account, the AWS Load Balancer Controller first."""
+
+    reads_per_second: float = DEFAULT_READS_PER_SECOND
+
+    @property
+    def share(self) -> float:
+        """The share of each documented bucket (refill and capacity) this pace spends."""
+        return self.reads_per_second / ELBV2_READ_BUCKET[1]
+
+    def bucket(self, service: str) -> BucketPace | None:
+        """The pace of `service`'s read bucket (one for ELBv2, one per API for EC2); None for
+        a service whose reads are few and not paced (SSM, Service Quotas, DynamoDB)."""
+        documented = {"elbv2": ELBV2_READ_BUCKET, "ec2": EC2_READ_BUCKET}.get(service)
+        if documented is None:
+            return None
+        capacity, refill = documented
+        return BucketPace(refill * self.share, max(1, math.floor(capacity * self.share)))
+
+
+def read_pace(reads_per_second: float = DEFAULT_READS_PER_SECOND) -> ReadPace:
+    if reads_per_second <= 0:
+        raise ValueError(f"reads per second must be positive, not {reads_per_second}")
+    return ReadPace(reads_per_second)

@@ -36,6 +36,7 @@ ACCOUNT_ID: Final = "123456789012"  # moto.core.DEFAULT_ACCOUNT_ID
 # methods it calls (an authorize with three IpPermissions calls the backend three times).
 RESPONSE_CLASSES: Final[Mapping[str, tuple[str, str]]] = {
     "ec2": ("moto.ec2.responses", "EC2Response"),
+    "elbv2": ("moto.elbv2.responses", "ELBV2Response"),
     "dynamodb": ("moto.dynamodb.responses", "DynamoHandler"),
     "stepfunctions": ("moto.stepfunctions.responses", "StepFunctionResponse"),
     "lambda": ("moto.awslambda.responses", "LambdaResponse"),
@@ -1212,12 +1213,23 @@ def intercept_api_call(
     return Patch(f"{service}:{operation} interceptor", undo)
 
 
+_serving = threading.local()
+
+
+def current_request_params() -> dict[str, Any]:
+    """Inside an interceptor: the parameters of the request being served (moto's
+    `BaseResponse.querystring`, a dict of lists), e.g. to tell a filtered call."""
+    response = getattr(_serving, "response", None)
+    return dict(getattr(response, "querystring", None) or {})
+
+
 def _chained(
     service: str, operation: str, key: tuple[type, str], original: Callable[..., Any]
 ) -> Callable[..., Any]:
     def method(self: Any) -> Any:
         with _chain_lock:
             interceptors = [item[2] for item in _chains.get(key, ())]
+        _serving.response = self
 
         def call(index: int) -> Any:
             if index < 0:
@@ -1249,6 +1261,10 @@ def service_error(service: str, code: str, message: str) -> Exception:
         from moto.awslambda.exceptions import LambdaClientError
 
         return LambdaClientError(code, message)
+    if service == "elbv2":
+        from moto.elbv2.exceptions import ELBClientError
+
+        return ELBClientError(code, message)
     raise ValueError(f"no AWS error for service {service!r}; known: {', '.join(RESPONSE_CLASSES)}")
 
 

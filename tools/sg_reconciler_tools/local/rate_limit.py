@@ -1,4 +1,5 @@
-"""EC2's rate limit on security-group writes, simulated on a faster clock.
+"""AWS's rate limits, simulated in front of moto on a model clock: EC2's on security-group
+writes (`Ec2RateLimit`), and the documented read buckets of EC2 and ELBv2 (`AwsReadLimits`).
 
 AWS throttles EC2's mutating calls per account and region with a token bucket (about 50
 tokens, refilled about 5 a second). `Ec2RateLimit` puts such a bucket in front of moto's
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from types import TracebackType
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import SimpleNamespace, TracebackType
 from typing import Any
 
 from sg_reconciler_tools.local import moto_hooks
@@ -134,3 +138,307 @@ class Ec2RateLimit:
         for patch in reversed(self._patches):
             patch.undo()
         self._patches = []
+
+
+# Reads -----------------------------------------------------------------------------------------
+# AWS's documented read buckets, per account and region:
+# - "Request throttling for the Elastic Load Balancing API": every ELBv2 Describe* call
+#   draws on one bucket of 40 tokens refilled at 10 a second; every ELBv2 call of the account
+#   (the AWS Load Balancer Controller's RegisterTargets included) also draws on an
+#   account-level bucket of 40 refilled at 10 a second. A call finding a bucket empty fails
+#   with `ThrottlingException`, message "Rate exceeded".
+# - "Request throttling for the Amazon EC2 API": each read API has its own bucket of 100
+#   refilled at 20 a second; unfiltered and unpaginated DescribeSecurityGroups,
+#   DescribeInstances and DescribeNetworkInterfaces have 50 refilled at 10. A call finding
+#   its bucket empty fails with `RequestLimitExceeded`.
+# moto throttles nothing; `AwsReadLimits` puts these buckets in front of it.
+
+ELBV2_DESCRIBES = (
+    "DescribeLoadBalancers",
+    "DescribeTags",
+    "DescribeTargetGroups",
+    "DescribeTargetHealth",
+    "DescribeTargetGroupAttributes",
+    "DescribeListeners",
+    "DescribeRules",
+)
+ELBV2_OTHER_CALLS = ("RegisterTargets", "DeregisterTargets")  # account bucket only
+EC2_READS = (
+    "DescribeSecurityGroupRules",
+    "DescribeSecurityGroups",
+    "DescribeInstances",
+    "DescribeNetworkInterfaces",
+    "DescribeSubnets",
+    "DescribeVpcs",
+    "DescribeManagedPrefixLists",
+)
+EC2_SMALL_WHEN_UNFILTERED = frozenset(
+    {"DescribeSecurityGroups", "DescribeInstances", "DescribeNetworkInterfaces"}
+)
+ELBV2_DESCRIBE_BUCKET = "elbv2 Describe*"
+ELBV2_ACCOUNT_BUCKET = "elbv2 account"
+THROTTLE_ERRORS = {
+    "elbv2": ("ThrottlingException", "Rate exceeded"),
+    "ec2": ("RequestLimitExceeded", "Request limit exceeded."),
+}
+
+
+class ManualClock:
+    """A clock that moves only when slept on: exact, for one thread (the model's tests)."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+
+    def now(self) -> float:
+        return self.time
+
+    def sleep(self, seconds: float) -> None:
+        self.time += max(0.0, seconds)
+
+
+class ScaledClock:
+    """A model clock for real threads: wall-clock seconds times `scale`, standing still while
+    moto serves a call (`serving`), so that a call costs the model's latency, not moto's
+    speed on this machine. `sleep` waits until the model time has passed."""
+
+    def __init__(self, scale: float) -> None:
+        if scale <= 0:
+            raise ValueError("the time scale must be positive")
+        self.scale = scale
+        self._lock = threading.Lock()
+        self._inside = 0  # calls moto is serving now
+        self._since = 0.0  # wall time the first of them began
+        self._frozen = 0.0  # wall seconds spent serving, before that
+
+    def now(self) -> float:
+        with self._lock:
+            wall = time.monotonic()
+            frozen = self._frozen + (wall - self._since if self._inside else 0.0)
+            return (wall - frozen) * self.scale
+
+    def sleep(self, seconds: float) -> None:
+        target = self.now() + seconds
+        while (left := target - self.now()) > 0:
+            time.sleep(max(left / self.scale, 1e-4))
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        with self._lock:
+            if self._inside == 0:
+                self._since = time.monotonic()
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inside -= 1
+                if self._inside == 0:
+                    self._frozen += time.monotonic() - self._since
+
+
+@dataclass
+class Bucket:
+    capacity: float
+    refill: float  # tokens a second
+    tokens: float = -1.0  # full at the first call
+    last: float | None = None
+
+    def level(self, now: float) -> float:
+        if self.last is None:
+            self.tokens, self.last = self.capacity, now
+        self.tokens = min(self.capacity, self.tokens + max(0.0, now - self.last) * self.refill)
+        self.last = max(self.last, now)
+        return self.tokens
+
+
+@dataclass
+class ReadLimitStats:
+    calls: dict[str, int] = field(default_factory=dict)  # "service Operation" -> answered
+    throttled: dict[str, int] = field(default_factory=dict)  # ... -> refused
+    first: float | None = None  # model time of the first call
+    last: float = 0.0
+
+    def count(self, service: str, refused: bool = False) -> int:
+        table = self.throttled if refused else self.calls
+        return sum(n for key, n in table.items() if key.startswith(service + " "))
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self.first is None else self.last - self.first
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "elbv2_calls": self.count("elbv2"),
+            "ec2_reads": self.count("ec2"),
+            "throttled": self.count("elbv2", True) + self.count("ec2", True),
+            "seconds": round(self.seconds, 1),
+            "by_operation": dict(sorted(self.calls.items())),
+            "throttled_by_operation": dict(sorted(self.throttled.items())),
+        }
+
+
+class AwsReadLimits:
+    """Context manager: AWS's read buckets (above) in front of moto, on a model clock.
+
+    Every attempt of a call takes a token from each bucket it draws on, or fails with the
+    service's throttling error and takes none. Each answer takes at least `latency` model
+    seconds. `others` reduces a bucket's refill by what the account's other tools spend
+    (e.g. {"elbv2": 9.0}). botocore's own retry sleeps and the product's pacers run on the
+    same clock, so a run under the model measures what AWS would do, with the real retry
+    code. The clock is a `ScaledClock` (real threads: a whole execution) or a `ManualClock`
+    (one thread, exact)."""
+
+    def __init__(
+        self,
+        runtime: LocalRuntime | None = None,
+        *,
+        clock: ManualClock | ScaledClock | None = None,
+        latency: float = 0.05,
+        others: dict[str, float] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.clock = clock or ScaledClock(20.0)
+        self.latency = latency
+        self.others = dict(others or {})
+        self.stats = ReadLimitStats()
+        self._buckets: dict[str, Bucket] = {}
+        self._lock = threading.Lock()
+        self._patches: list[moto_hooks.Patch] = []
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+    # The buckets ---------------------------------------------------------------------------
+
+    def buckets_for(self, service: str, operation: str, filtered: bool) -> list[str]:
+        if service == "elbv2":
+            names = [ELBV2_ACCOUNT_BUCKET]
+            if operation.startswith("Describe"):
+                names.append(ELBV2_DESCRIBE_BUCKET)
+            return names
+        small = operation in EC2_SMALL_WHEN_UNFILTERED and not filtered
+        return [f"ec2 {operation}" + (" (unfiltered)" if small else "")]
+
+    def _bucket(self, name: str) -> Bucket:
+        if name not in self._buckets:
+            capacity, refill = 40.0, 10.0
+            if name.startswith("ec2 "):
+                capacity, refill = (50.0, 10.0) if name.endswith("(unfiltered)") else (100.0, 20.0)
+            service = name.split(" ", 1)[0]
+            self._buckets[name] = Bucket(capacity, max(0.0, refill - self.others.get(service, 0)))
+        return self._buckets[name]
+
+    def drain(self, service: str) -> None:
+        """Empty `service`'s buckets now, as a burst of another tool would."""
+        with self._lock:
+            now = self.now()
+            names = [ELBV2_ACCOUNT_BUCKET, ELBV2_DESCRIBE_BUCKET] if service == "elbv2" else []
+            names += [n for n in self._buckets if n.startswith(service + " ")]
+            for name in names:
+                bucket = self._bucket(name)
+                bucket.level(now)
+                bucket.tokens = 0.0
+
+    def take(self, service: str, operation: str, filtered: bool = True) -> bool:
+        """One call's tokens, or False (throttled) when a bucket it draws on is empty."""
+        with self._lock:
+            now = self.now()
+            if self.stats.first is None:
+                self.stats.first = now
+            self.stats.last = max(self.stats.last, now)
+            buckets = [self._bucket(n) for n in self.buckets_for(service, operation, filtered)]
+            key = f"{service} {operation}"
+            if all(b.level(now) >= 1 for b in buckets):
+                for bucket in buckets:
+                    bucket.tokens -= 1
+                self.stats.calls[key] = self.stats.calls.get(key, 0) + 1
+                return True
+            self.stats.throttled[key] = self.stats.throttled.get(key, 0) + 1
+            return False
+
+    def _intercept(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+        params = moto_hooks.current_request_params()
+        filtered = any(k.startswith(("Filter.", "MaxResults", "NextToken")) for k in params)
+        filtered |= any(k.endswith("Id.1") or k.startswith("GroupId") for k in params)
+        start = self.now()
+        allowed = self.take(service, operation, filtered)
+        try:
+            if not allowed:
+                code, message = THROTTLE_ERRORS[service]
+                moto_hooks.raise_service_error(service, code, message)
+            if isinstance(self.clock, ScaledClock):
+                with self.clock.serving():
+                    return proceed()
+            return proceed()
+        finally:
+            self.sleep(self.latency - (self.now() - start))
+            with self._lock:
+                self.stats.last = max(self.stats.last, self.now())
+
+    # Install and undo ---------------------------------------------------------------------
+
+    def __enter__(self) -> AwsReadLimits:
+        try:
+            self._patches.append(patch_pacer(self.sleep, self.now))
+            self._patches.append(_patch_botocore_sleep(self.sleep))
+            self._patches.append(_quiet_unmodelled_throttle())
+            for service, operations in (
+                ("elbv2", ELBV2_DESCRIBES + ELBV2_OTHER_CALLS),
+                ("ec2", EC2_READS),
+            ):
+                for operation in operations:
+                    self._patches.append(
+                        moto_hooks.intercept_api_call(
+                            service, operation, self._intercept, layer=moto_hooks.FAULT_LAYER
+                        )
+                    )
+            if self.runtime is not None:
+                self._patches.append(self.runtime.retry_sleeps.subscribe(self.sleep))
+                self._patches.append(self.runtime.waits.subscribe(self.sleep))
+        except BaseException:
+            self._undo()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._undo()
+
+    def _undo(self) -> None:
+        for patch in reversed(self._patches):
+            patch.undo()
+        self._patches = []
+
+
+def _patch_botocore_sleep(sleep: Callable[[float], None]) -> moto_hooks.Patch:
+    """botocore's retries sleep with `time.sleep` in `botocore.endpoint`: on the model's clock."""
+    import botocore.endpoint
+
+    saved = getattr(botocore.endpoint, "time")  # noqa: B009 (no stub names it)
+    setattr(botocore.endpoint, "time", SimpleNamespace(sleep=sleep))  # noqa: B010
+
+    def undo() -> None:
+        setattr(botocore.endpoint, "time", saved)  # noqa: B010
+
+    return moto_hooks.Patch("botocore.endpoint.time.sleep", undo)
+
+
+def _quiet_unmodelled_throttle() -> moto_hooks.Patch:
+    """moto warns that ELBv2's service model lists no `ThrottlingException` shape; AWS
+    returns that code all the same (see above), and botocore reads it from the answer."""
+    saved = list(warnings.filters)
+    warnings.filterwarnings("ignore", message=r".*ThrottlingException does not match an error")
+
+    def undo() -> None:
+        warnings.resetwarnings()
+        for entry in reversed(saved):
+            warnings.filters.insert(0, entry)  # type: ignore[attr-defined]
+
+    return moto_hooks.Patch("warnings: unmodelled ThrottlingException", undo)

@@ -81,6 +81,7 @@ class Clients:
 
 
 UNPACED_WRITES_PER_SECOND = 1000
+UNPACED_READS_PER_SECOND = 1000
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,11 @@ class LocalRuntime:
         # The stack's owner name is the library default unless a test asks for another
         # (the template derives it from the stack name when OwnerName is empty). Writes are
         # not paced unless a test asks (with `Ec2RateLimit`): moto has no rate limit, and
-        # the pacer would wait in real time.
+        # the pacer would wait in real time. Reads likewise (`ReadRateLimit` models AWS's).
         given = {
             "OwnerName": DEFAULT_OWNER,
             "WritesPerSecond": str(UNPACED_WRITES_PER_SECOND),
+            "ReadsPerSecond": str(UNPACED_READS_PER_SECOND),
             **(parameters or {}),
         }
         self.template_path = Path(template_path)
