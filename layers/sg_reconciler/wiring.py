@@ -41,6 +41,11 @@ def _read_pacer(reads_per_second: float) -> ReadPacer:
     return ReadPacer(read_pace(reads_per_second))
 
 
+def forget_read_pacers() -> None:
+    """Start the process's read buckets afresh (a new container, or another clock)."""
+    _read_pacer.cache_clear()
+
+
 def read_pacer(
     config: StepSettings | PlannerSettings | None, seconds_left: float | None = None
 ) -> ReadPacer:

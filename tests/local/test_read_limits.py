@@ -112,3 +112,24 @@ def test_botocore_retries_sleep_on_the_model_clock(model: AwsReadLimits) -> None
         model.drain("elbv2")
         impatient = boto3.client("elbv2", region_name=REGION, config=ONE_ATTEMPT)
         assert code_of(impatient.describe_load_balancers)[0] == "ThrottlingException"
+
+
+def test_a_model_clock_leaves_no_read_debt_on_the_wall_clock() -> None:
+    """The process's read pacer outlives a runtime; buckets filled on a model clock (which
+    runs far ahead of the wall clock) would owe reads for hours once the wall clock is back,
+    and every later planner run would end ReadsOutOfTime."""
+    from sg_reconciler import wiring
+    from sg_reconciler.adapters import pacing
+    from sg_reconciler.settings import PlannerSettings
+
+    settings = PlannerSettings.model_construct(reads_per_second=1000.0)
+    ahead = ManualClock()
+    ahead.time = 1e9
+    with AwsReadLimits(clock=ahead, latency=0.0):
+        on_model = wiring.read_pacer(settings, seconds_left=300)
+        for _ in range(5000):
+            on_model.wait("elbv2", "DescribeLoadBalancers")
+    on_wall = wiring.read_pacer(settings, seconds_left=300)
+    assert pacing.clock is not ahead.now
+    on_wall.wait("elbv2", "DescribeLoadBalancers")  # no ReadsOutOfTime
+    assert on_wall.waited == 0.0

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import boto3
+from sg_reconciler import wiring
 from sg_reconciler.adapters import pacing
 from sg_reconciler.core.rules import DEFAULT_OWNER
 
@@ -598,14 +599,20 @@ class LocalRuntime:
 def patch_pacer(
     sleep: Callable[[float], None], clock: Callable[[], float] | None = None
 ) -> moto_hooks.Patch:
-    """Run the steps' pacer (`sg_reconciler.adapters.pacing`) on another sleep and clock."""
+    """Run the steps' pacer (`sg_reconciler.adapters.pacing`) on another sleep and clock.
+
+    The process's read pacer is dropped on the way in and out: its buckets hold times of the
+    clock they were filled on, which mean nothing on another (a model clock runs ahead of the
+    wall clock, and a bucket filled on it would owe reads for hours on the wall clock)."""
     saved = pacing.clock, pacing.sleep
     pacing.sleep = sleep
     if clock is not None:
         pacing.clock = clock
+    wiring.forget_read_pacers()
 
     def undo() -> None:
         pacing.clock, pacing.sleep = saved
+        wiring.forget_read_pacers()
 
     return moto_hooks.Patch("sg_reconciler.adapters.pacing", undo)
 
