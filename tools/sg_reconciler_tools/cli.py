@@ -1,5 +1,7 @@
-"""`sg-reconciler`: plan security-group changes make-before-break, follow a hand-over from
-another tool, release the brake, the demo.
+"""`sg-reconciler`: draft a first policy, plan security-group changes make-before-break,
+follow a hand-over from another tool, release the brake, the demo.
+
+Exit codes of `init`: 0 a draft printed, 2 bad input (or AWS refused a read).
 
 Exit codes of `plan`: 0 a plan (possibly empty), 2 bad input, 3 no safe plan exists (refused).
 Exit codes of `adopt`: 0 ready (the other tool may stop), 2 bad input, 3 not ready yet.
@@ -12,9 +14,10 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 from sg_reconciler.adapters.aws import Clients, make_clients
@@ -29,10 +32,13 @@ from sg_reconciler.errors import ReconcilerError
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, PolicyError, load_policy_file
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
+from sg_reconciler_tools.policy_draft import draft_policy, read_account
 from sg_reconciler_tools.render import handover_to_dict, render_handover, render_plan
 
 EXIT_BAD_INPUT = 2
 EXIT_REFUSED = 3
+
+T = TypeVar("T")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -204,6 +210,26 @@ def build_parser() -> argparse.ArgumentParser:
     adopt.add_argument(
         "--output", choices=("table", "json"), default="table", help="table (default) or json"
     )
+    init = commands.add_parser(
+        "init",
+        help="draft a first policy from what the account shows (never writes)",
+        description=(
+            "Read the account and print a commented policy for what it finds: a binding per "
+            "cluster of the AWS Load Balancer Controller (its tags, its backend group, "
+            "cluster_group), one per NLB without security groups (admitted by address, with "
+            "the clients the account's rules show, else a commented placeholder and a note), "
+            "and adopt_descriptions when the controller's rules exist. Never writes. "
+            "Exit 0 with a draft, 2 on bad input."
+        ),
+    )
+    _aws_options(init, "AWS access", "the account (or a local moto server); never writes")
+    init.add_argument("--live", action="store_true", required=True, help="read the account")
+    init.add_argument(
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text: the commented YAML policy (default); json: the same as data",
+    )
     release = commands.add_parser(
         "release-brake",
         help="let one set of revocations held by the brake go, once, for one day",
@@ -258,9 +284,13 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def _read_live(args: argparse.Namespace, policy: Policy | None = None) -> LivePlan:
     policy = policy or load_policy_file(args.policy)
+    return _reading(args, lambda c: compute_live_plan(c.ec2, c.elbv2, policy))
+
+
+def _reading(args: argparse.Namespace, read: Callable[[Clients], T]) -> T:
+    """Run reads against the account; every AWS failure is one line of bad input."""
     try:
-        clients = _clients(args)
-        return compute_live_plan(clients.ec2, clients.elbv2, policy)
+        return read(_clients(args))
     except ClientError as err:
         error = err.response.get("Error", {})
         raise InputError(
@@ -342,6 +372,16 @@ def run_adopt(args: argparse.Namespace) -> int:
     return 0 if state.ready else EXIT_REFUSED
 
 
+def run_init(args: argparse.Namespace) -> int:
+    """Print a first policy drafted from the account (reads only)."""
+    draft = draft_policy(_reading(args, lambda c: read_account(c.ec2, c.elbv2)))
+    if args.output == "json":
+        print(json.dumps(draft.to_dict(), indent=2))
+    else:
+        print(draft.to_yaml(), end="")
+    return 0
+
+
 def run_release_brake(args: argparse.Namespace) -> int:
     """List the held sets, or release one; every AWS failure is one line, exit 2."""
     try:
@@ -404,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "demo": run_demo_command,
             "release-brake": run_release_brake,
             "adopt": run_adopt,
+            "init": run_init,
         }
         return commands.get(args.command, run_plan)(args)
     except InputError as err:
