@@ -384,8 +384,9 @@ def _address_bindings(
             continue
         sets.setdefault(tuple(sorted(selector.items())), []).append(lb)
     drafts: list[DraftBinding] = []
-    for selector, members in sets.items():
-        selected = _selected(dict(selector), lbs)
+    for key, members in sets.items():
+        selector = dict(key)
+        selected = _selected(selector, lbs)
         stray = [lb.name for lb in selected if lb.security_groups and lb.arn not in group_bound]
         if stray:
             notes.append(
@@ -393,7 +394,7 @@ def _address_bindings(
                 f"{_listed(stray)}, which has security groups and no other binding: it would "
                 "be admitted by address (give it a load_balancer_groups binding)"
             )
-        drafts.append(_address_binding(dict(selector), members, inventory, names, notes))
+        drafts.append(_address_binding(selector, members, inventory, names, notes))
     return drafts
 
 
