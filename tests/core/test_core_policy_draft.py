@@ -192,3 +192,15 @@ def test_a_target_the_controllers_choice_cannot_place_is_noted() -> None:
     two_untagged = tg("web", "web", 30080, groups=(OTHER, FRONT))
     draft = draft_policy(inventory([web], [two_untagged]))
     assert any("i-1" in n and "0 of its 2 groups" in n for n in draft.notes)
+
+
+def test_a_cluster_name_cluster_group_cannot_take_goes_by_the_cluster_tag() -> None:
+    cluster = {"elbv2.k8s.aws/cluster": "team.c1"}
+    lbs = [lb("web", (FRONT, BACKEND), **cluster), lb("bare", **cluster)]
+    draft = draft_policy(inventory(lbs, [tg("web", "web", 30080), tg("bare", "bare", 30500)]))
+    bindings = loads(draft).bindings or []
+    assert [(b.destination.kind, b.destination.tag_key) for b in bindings] == [
+        ("tagged_groups", "kubernetes.io/cluster/team.c1")
+    ] * 2
+    assert [n for n in draft.notes if "team.c1" in n and "tagged_groups" in n] != []
+    assert len(draft.notes) == len(set(draft.notes))

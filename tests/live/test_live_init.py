@@ -208,3 +208,48 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     # And the next plan has nothing left to do.
     code, out, err = run(capsys, "plan", "--live", "--policy", str(path), "--output", "json")
     assert (code, err, json.loads(out)["steps"]) == (0, "", [])
+
+
+def one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sg-reconciler: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["init"], "--live"),
+        (["init", "--live", "--output", "yaml"], "--output"),
+        (["init", "--live", "--endpoint-url", "not a url"], "http(s) URL"),
+        (["init", "--live", "--profile", "nope"], "nope"),
+    ],
+)
+def test_init_bad_input_exits_2_with_one_line(
+    argv: list[str],
+    says: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert says in one_line_error(err)
+
+
+def test_init_on_an_unreachable_endpoint_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aws_module, "DEFAULT_MAX_ATTEMPTS", 1)  # no retry backoff sleeps
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, out, err = run(capsys, "init", "--live", "--endpoint-url", f"http://127.0.0.1:{port}")
+    assert (code, out) == (2, "")
+    assert "Could not connect" in one_line_error(err)

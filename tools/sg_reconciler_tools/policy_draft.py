@@ -41,6 +41,7 @@ LBC_BACKEND_VALUE = "backend-sg"
 LBC_STACK_TAGS = ("service.k8s.aws/stack", "ingress.k8s.aws/stack")
 
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")  # the policy's cluster_name
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ def draft_policy(inventory: Inventory) -> Draft:
             "place (README: Next to the AWS Load Balancer Controller);",
             "`sg-reconciler adopt --live --policy FILE` says when the controller may stop.",
         )
-    return Draft(tuple(bindings), adopt, adopt_why, tuple(notes))
+    return Draft(tuple(bindings), adopt, adopt_why, tuple(dict.fromkeys(notes)))
 
 
 def _tags(lb: LoadBalancer) -> dict[str, str]:
@@ -307,10 +308,22 @@ def _cluster_binding(
             "name": name,
             "load_balancers": {"tags": {LBC_CLUSTER_TAG: cluster}},
             "rule_source": source,
-            "destination": {"kind": "cluster_group", "cluster_name": cluster},
+            "destination": _destination(cluster, notes),
         },
         tuple(why),
     )
+
+
+def _destination(cluster: str, notes: list[str]) -> dict[str, Any]:
+    """The controller's choice of group, when the policy can name the cluster (EKS names
+    fit; another tool's tag value may not): else every group tagged for the cluster."""
+    if CLUSTER_NAME.fullmatch(cluster):
+        return {"kind": "cluster_group", "cluster_name": cluster}
+    notes.append(
+        f"cluster {cluster!r} is not a name cluster_group accepts: its rules go into every "
+        f"interface group tagged {CLUSTER_TAG_PREFIX}{cluster} (tagged_groups)"
+    )
+    return {"kind": "tagged_groups", "tag_key": CLUSTER_TAG_PREFIX + cluster}
 
 
 def _placement_notes(cluster: str, lbs: Sequence[LoadBalancer], inventory: Inventory) -> list[str]:
@@ -447,7 +460,7 @@ def _address_binding(
             )
     destination: dict[str, Any]
     if cluster:
-        destination = {"kind": "cluster_group", "cluster_name": cluster}
+        destination = _destination(cluster, notes)
         why.append(f"Rules go where the controller puts them (cluster {cluster}).")
         notes += _placement_notes(cluster, members, inventory)
     else:
