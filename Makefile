@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint typecheck unit suite demo bench clean
+.PHONY: setup test lint typecheck unit suite demo bench release clean
 
 setup: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/cfn-lint template.yaml
+	$(BIN)/cfn-lint template.yaml fleet.yaml
 	$(BIN)/statelint statemachine/*.asl.json
 
 typecheck: setup
@@ -41,6 +41,13 @@ demo: setup
 
 bench: setup
 	$(BIN)/python -m benchmarks.run
+
+# A release for a service-managed StackSet (README "Rolling out to an organization"):
+# make release BUCKET='sg-releases-$${AWS::Region}' PREFIX=1.0.0 [POLICY=policy.yaml] [REGIONS=eu-west-1,us-east-1]
+release: setup
+	@test -n "$(BUCKET)" || (echo "make release needs BUCKET=<bucket>" >&2; exit 2)
+	$(BIN)/sg-reconciler release-template --bucket '$(value BUCKET)' --prefix '$(PREFIX)' --out release \
+		$(if $(POLICY),--policy '$(POLICY)') --regions '$(REGIONS)'
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

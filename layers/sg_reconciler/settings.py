@@ -64,6 +64,21 @@ class JanitorSettings(_Deployment):
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", min_length=1)
 
 
+class ReporterSettings(_Deployment):
+    """Settings of the function that reports each execution's outcome to the fleet's bus."""
+
+    fleet_event_bus_arn: str = Field(alias="FLEET_EVENT_BUS_ARN", min_length=1)
+    stack_name: str = Field(alias="STACK_NAME", min_length=1)
+    account_id: str = Field(alias="ACCOUNT_ID", min_length=1)
+    region: str = Field(alias="AWS_REGION", min_length=1)
+
+
+class FleetRecorderSettings(_FromEnvironment):
+    """Settings of the central stack's function that keeps each deployment's last outcome."""
+
+    fleet_table: str = Field(alias="FLEET_TABLE_NAME", min_length=1)
+
+
 Settings = TypeVar("Settings", bound=_FromEnvironment)
 
 

@@ -23,7 +23,7 @@ def test_each_function_logs_to_its_own_stack_named_group() -> None:
     template = read_template(ROOT / "template.yaml")
     resources = template["Resources"]
     found = functions(template, "AWS::Serverless::Function")
-    assert len(found) == 9
+    assert len(found) == 10  # the fleet reporter included (deployed with FleetEventBusArn)
     groups = set()
     for name, properties in found.items():
         group = properties["LoggingConfig"]["LogGroup"]["Ref"]
@@ -51,6 +51,6 @@ def test_the_transform_passes_the_logging_config_to_each_lambda_function() -> No
             resource["Properties"]["DefinitionUri"] = "s3://bucket/apply.asl.json"
     translated = translate(template, {}, region="us-east-1", account_id="123456789012")
     lambdas = functions(translated, "AWS::Lambda::Function")
-    assert len(lambdas) == 9
+    assert len(lambdas) == 10
     for name, properties in lambdas.items():
         assert properties["LoggingConfig"] == {"LogGroup": {"Ref": f"{name}Logs"}}

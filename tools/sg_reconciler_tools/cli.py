@@ -6,6 +6,8 @@ Exit codes of `init`: 0 a draft printed, 2 bad input (or AWS refused a read).
 Exit codes of `plan`: 0 a plan (possibly empty), 2 bad input, 3 no safe plan exists (refused).
 Exit codes of `adopt`: 0 ready (the other tool may stop), 2 bad input, 3 not ready yet.
 Exit codes of `release-brake`: 0 released (or listed), 2 bad input or nothing held to release.
+Exit codes of `status`: 0 all well, 2 bad input, 3 something needs attention.
+Exit codes of `release-template`: 0 written, 2 bad input.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -255,6 +258,61 @@ def build_parser() -> argparse.ArgumentParser:
         "--by", help="who releases, for the record (default: the caller's AWS identity)"
     )
     _aws_options(release, "AWS access", "the account (or a local moto server) of the stack")
+    status = commands.add_parser(
+        "status",
+        help="how a deployment is doing, or (with --fleet-table) every account and region",
+        description=(
+            "With --stack: the stack's recent executions and how each ended, what the brake "
+            "holds, the last drift the schedule repaired, the policy's bindings. With "
+            "--fleet-table: the central stack's table, one line per account and region. Reads "
+            "only. Exit 0 when all is well, 3 when something needs attention (an execution that "
+            "did not apply, a held brake, a firing alarm), 2 on bad input or an AWS refusal."
+        ),
+    )
+    where = status.add_mutually_exclusive_group(required=True)
+    where.add_argument("--stack", metavar="NAME", help="the deployment's stack name")
+    where.add_argument(
+        "--fleet-table", metavar="NAME", help="the central stack's FleetTableName output"
+    )
+    status.add_argument(
+        "--executions", type=_positive, default=10, metavar="N", help="executions shown (10)"
+    )
+    status.add_argument(
+        "--output", choices=("table", "json"), default="table", help="table (default) or json"
+    )
+    _aws_options(status, "AWS access", "the account (or a local moto server); never writes")
+    bundle = commands.add_parser(
+        "release-template",
+        help="the template and code of a release, for a service-managed StackSet",
+        description=(
+            "Translates the SAM template into plain CloudFormation (no Transform, which "
+            "service-managed StackSets refuse), zips the code for BUCKET, and checks every "
+            "policy with the planner's own loader. Writes OUT/template.json, OUT/artifacts/ (copy "
+            "them to the bucket: the commands are printed) and OUT/parameters/<account or OU>.json "
+            "(parameter overrides). Exit 0 when written, 2 on bad input."
+        ),
+    )
+    bundle.add_argument(
+        "--bucket",
+        required=True,
+        help="S3 bucket of the code; ${AWS::Region} in it names a bucket per region",
+    )
+    bundle.add_argument("--prefix", default="", help="key prefix, e.g. the release's version")
+    bundle.add_argument("--out", type=Path, default=Path("release"), help="output directory")
+    bundle.add_argument(
+        "--template", type=Path, default=Path("template.yaml"), help="the SAM template"
+    )
+    bundle.add_argument("--policy", type=Path, help="the policy for all accounts, checked")
+    bundle.add_argument(
+        "--account-policy",
+        action="append",
+        default=[],
+        metavar="ACCOUNT_OR_OU=FILE",
+        help="another policy for one account (12 digits) or OU (ou-...), checked; repeatable",
+    )
+    bundle.add_argument(
+        "--regions", default="", help="comma-separated regions, for the copy commands printed"
+    )
     demo = commands.add_parser(
         "demo",
         help="play LBC issue #3639 end to end on the embedded AWS emulator (no account needed)",
@@ -287,17 +345,26 @@ def _read_live(args: argparse.Namespace, policy: Policy | None = None) -> LivePl
     return _reading(args, lambda c: compute_live_plan(c.ec2, c.elbv2, policy))
 
 
-def _reading(args: argparse.Namespace, read: Callable[[Clients], T]) -> T:
-    """Run reads against the account; every AWS failure is one line of bad input."""
+@contextmanager
+def _aws_refusals_as_input_errors(what: str = "a call") -> Iterator[None]:
+    """Every AWS failure is one line of bad input (exit 2)."""
     try:
-        return read(_clients(args))
+        yield
+    except ReconcilerError as err:  # an adapter's typed error
+        raise InputError(f"AWS refused {what}: {err}") from None
     except ClientError as err:
         error = err.response.get("Error", {})
         raise InputError(
-            f"AWS refused a read: {error.get('Code')}: {error.get('Message')}"
+            f"AWS refused {what}: {error.get('Code')}: {error.get('Message')}"
         ) from None
     except BotoCoreError as err:  # no credentials or region, unreachable endpoint, bad profile
         raise InputError(" ".join(str(err).split())) from None
+
+
+def _reading(args: argparse.Namespace, read: Callable[[Clients], T]) -> T:
+    """Run reads against the account; every AWS failure is one line of bad input."""
+    with _aws_refusals_as_input_errors("a read"):
+        return read(_clients(args))
 
 
 def run_live(args: argparse.Namespace) -> int:
@@ -382,9 +449,56 @@ def run_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_status(args: argparse.Namespace) -> int:
+    """One deployment or the fleet; exit 3 when something needs attention."""
+    from sg_reconciler_tools import status
+
+    with _aws_refusals_as_input_errors():
+        clients = _clients(args)
+        if args.fleet_table:
+            fleet = status.read_fleet(clients, args.fleet_table)
+            print(
+                status.fleet_to_json(fleet) if args.output == "json" else status.render_fleet(fleet)
+            )
+            attention = any(s.attention() for s in fleet)
+        else:
+            one = status.read_stack_status(clients, args.stack, args.executions)
+            print(
+                json.dumps(one.to_dict(), indent=2)
+                if args.output == "json"
+                else status.render_stack_status(one)
+            )
+            attention = bool(one.attention())
+    return status.EXIT_NEEDS_ATTENTION if attention else 0
+
+
+def run_release_template(args: argparse.Namespace) -> int:
+    from sg_reconciler_tools import release
+
+    try:
+        built = release.build_release(
+            args.template,
+            args.out,
+            args.bucket,
+            args.prefix,
+            policy=args.policy,
+            account_policies=release.parse_account_policies(args.account_policy),
+        )
+    except (release.ReleaseError, OSError) as err:
+        raise InputError(str(err)) from None
+    print(f"wrote {built.template} (no Transform), {len(built.artifacts)} artifact(s)")
+    for target, file in sorted(built.policies.items()):
+        print(f"policy for {target}: parameter overrides in {file}")
+    print("copy the artifacts before creating or updating the StackSet:")
+    regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    for command in built.upload_commands(regions):
+        print(f"  {command}")
+    return 0
+
+
 def run_release_brake(args: argparse.Namespace) -> int:
     """List the held sets, or release one; every AWS failure is one line, exit 2."""
-    try:
+    with _aws_refusals_as_input_errors():
         clients = _clients(args)
         brake = BrakeReleases(clients.dynamodb, args.lock_table)
         if args.fingerprint is None:
@@ -395,18 +509,10 @@ def run_release_brake(args: argparse.Namespace) -> int:
                 print("the brake holds nothing")
             return 0
         by = args.by or clients.sts.get_caller_identity()["Arn"]
-        released = brake.release(args.fingerprint, by)
-    except BrakeNotHeld as err:
-        raise InputError(str(err)) from None
-    except ReconcilerError as err:
-        raise InputError(f"AWS refused the brake's records: {err}") from None
-    except ClientError as err:
-        error = err.response.get("Error", {})
-        raise InputError(
-            f"AWS refused a call: {error.get('Code')}: {error.get('Message')}"
-        ) from None
-    except BotoCoreError as err:
-        raise InputError(" ".join(str(err).split())) from None
+        try:
+            released = brake.release(args.fingerprint, by)
+        except BrakeNotHeld as err:
+            raise InputError(str(err)) from None
     print(
         f"released {released.fingerprint} for one day, by {by} (held since "
         f"{_when(released.held_at)}: {released.reason}); the next run revokes them"
@@ -445,6 +551,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "release-brake": run_release_brake,
             "adopt": run_adopt,
             "init": run_init,
+            "status": run_status,
+            "release-template": run_release_template,
         }
         return commands.get(args.command, run_plan)(args)
     except InputError as err:

@@ -67,6 +67,8 @@ class Clients:
     ssm: SSMClient
     dynamodb: DynamoDBClient  # the brake's records (release-brake)
     sts: Any  # who releases a brake (no type stubs installed for STS)
+    cloudformation: Any  # a stack's outputs (status)
+    stepfunctions: Any  # a stack's recent executions (status)
 
 
 def make_clients(
@@ -88,6 +90,8 @@ def make_clients(
         ssm=session.client("ssm", endpoint_url=endpoint_url, config=config),
         dynamodb=session.client("dynamodb", endpoint_url=endpoint_url, config=config),
         sts=session.client("sts", endpoint_url=endpoint_url, config=config),
+        cloudformation=session.client("cloudformation", endpoint_url=endpoint_url, config=config),
+        stepfunctions=session.client("stepfunctions", endpoint_url=endpoint_url, config=config),
     )
 
 

@@ -49,6 +49,7 @@ class PlanRef(Input):
 
 class Trigger(Input):
     event_ids: list[str] = Field(default_factory=list)  # the first 50, sorted
+    scheduled: bool | None = None  # True: the schedule started it (drift it found)
 
 
 class ExecutionInput(Input):

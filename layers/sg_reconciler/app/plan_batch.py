@@ -20,6 +20,7 @@ from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
 from sg_reconciler.core.ports import ExecutionStarter, PlanStorage
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
+from sg_reconciler.trigger.cloudtrail import SCHEDULED_DETAIL_TYPE
 
 EXECUTION_NAME_BUCKET_SECONDS = 600
 
@@ -101,7 +102,10 @@ def plan_batch(
                 rules_to_add=result.rules_to_add,
                 rules_to_remove=result.rules_to_remove,
             ),
-            trigger=Trigger(event_ids=sorted({p.event_id for _, p in relevant})[:50]),
+            trigger=Trigger(
+                event_ids=sorted({p.event_id for _, p in relevant})[:50],
+                scheduled=any(p.event_name == SCHEDULED_DETAIL_TYPE for _, p in relevant) or None,
+            ),
         )
         result.execution_name = name
         started = start(name, execution_input.model_dump(exclude_none=True))
