@@ -224,7 +224,13 @@ class _Interleaver:
         )
 
     def moves(self, added: int, removed: int) -> Iterator[tuple[Move, int, int]]:
-        pending_adds = [i for i in range(self.real_adds) if not added >> i & 1]
+        # Transient rules revoked earlier are new rules again until they are back.
+        back = [
+            self.real_adds + k
+            for k in range(len(self.transient))
+            if removed >> (self.real_removes + k) & 1 and not added >> (self.real_adds + k) & 1
+        ]
+        pending_adds = [i for i in range(self.real_adds) if not added >> i & 1] + back
         pending_removes = [j for j in range(self.real_removes) if not removed >> j & 1]
         # 1. Revoke every stale rule whose traffic is no longer needed, as one call.
         batch: list[int] = []
@@ -239,7 +245,7 @@ class _Interleaver:
         usage = base = self.usage(added, removed)
         fitting: list[int] = []
         authorized = added
-        for i in self.most_helpful:
+        for i in [*self.most_helpful, *back]:
             if added >> i & 1:
                 continue
             grown = add(usage, self.add_weights[i])
@@ -255,19 +261,15 @@ class _Interleaver:
         for i in pending_adds if len(fitting) < len(pending_adds) else ():
             if self.fits(add(base, self.add_weights[i])):
                 yield ("authorize", (i,)), added | 1 << i, removed
-        # 4. Last resorts, each judged by the state after it. Rewrite a rule in place into a
-        # new one (no extra slot), never into a peer of another family that overlaps it.
-        back = [k for k in range(len(self.transient)) if removed >> (self.real_removes + k) & 1]
-        absent = pending_adds + [
-            self.real_adds + k for k in back if not added >> (self.real_adds + k) & 1
-        ]
+        # 4. Last resort: rewrite a rule in place into a new one (no extra slot), judged by the
+        # state after it, never into a peer of another family that overlaps it (invariant 9).
         present = pending_removes + [
             self.real_removes + k
             for k in range(len(self.transient))
             if not removed >> (self.real_removes + k) & 1
         ]
         for j in present:
-            for i in absent:
+            for i in pending_adds:
                 if self.removes[j].peer.kind != self.adds[i].peer.kind or self.first[j] >> i & 1:
                     continue
                 swapped = add(sub(base, self.remove_weights[j]), self.add_weights[i])
@@ -276,12 +278,8 @@ class _Interleaver:
                     continue
                 if self.safe(added | 1 << i, removed | 1 << j):
                     yield ("modify", (j, i)), added | 1 << i, removed | 1 << j
-        # Authorize again a desired rule revoked earlier, or revoke one that other rules cover
-        # for now (it comes back later: two extra calls, the price of an order that fits).
-        for k in back:
-            i = self.real_adds + k
-            if not added >> i & 1 and self.fits(add(base, self.add_weights[i])):
-                yield ("authorize", (i,)), added | 1 << i, removed
+        # 5. Revoke for a while a desired rule that other rules cover now: it comes back in a
+        # later call (two extra calls, the price of an order that fits).
         for k in range(len(self.transient)):
             j = self.real_removes + k
             if not removed >> j & 1 and self.safe(added, removed | 1 << j):
