@@ -53,7 +53,9 @@ def test_emitted_plans_pass_the_judge_and_refusals_have_no_order(
     assert "internal safety check failed" not in result.reason
     # Refused: the desired state is over the quota, or no order exists in some group.
     scope = worlds(current, desired)
-    over = [g for g, w in scope.items() if len(w.new_keys()) > quota]
+    # (a group with neither managed nor desired rules is not planned, whatever its count)
+    planned = {g: w for g, w in scope.items() if w.desired or any(owned(d) for d in w.current)}
+    over = [g for g, w in planned.items() if len(w.new_keys()) > quota]
     stuck = [g for g, w in scope.items() if not order_exists(w, quota)]
     assert over or stuck, result.reason
     assert {g for g in over + stuck} <= {g for g in scope if g in result.reason}

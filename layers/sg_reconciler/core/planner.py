@@ -5,7 +5,11 @@ every group has them does one revoke call per group remove the stale ones. A gro
 that headroom interleaves: authorize what fits, revoke what is no longer needed, repeat; an
 in-place modify is the last resort. The order is found by a depth-first search over which
 new rules exist and which old ones are gone (both only grow, so the search space is finite
-and memoised), trying whole batches first. Every emitted plan passes the safety checker.
+and memoised), trying whole batches first. A state is judged by concrete source (invariant
+9, docs/invariants.md): a rule may go when every address, with the groups its interface
+carries, keeps what OLD and NEW both admit. When that search finds nothing, a second one may
+also revoke a desired rule that other rules cover for the moment and authorize it again
+later (extra calls, said in the notes). Every emitted plan passes the safety checker.
 Never revoke first: when no order keeps OLD ∩ NEW allowed within the quota, refuse.
 """
 
