@@ -83,13 +83,26 @@ class FlowMasks:
         self.memo: dict[Key, int] = {}
 
     def of(self, doc: Mapping[str, Any]) -> int:
+        """A rule's peer and its ports match apart: the ports it admits from its own peer,
+        then the sources it admits on one of those ports."""
         k = key(doc)
         if k not in self.memo:
-            mask, width = 0, len(self.ports)
-            for s, source in enumerate(self.sources):
-                for p, probe in enumerate(self.ports):
+            kind, value = peer(doc)
+            own = (
+                ("ipv4" if kind == "cidr4" else "ipv6", _span(value)[0])
+                if kind in ("cidr4", "cidr6")
+                else (kind, value)
+            )
+            ports, width = 0, len(self.ports)
+            for p, (proto, port) in enumerate(self.ports):
+                if allows(doc, (self.group, own, proto, port)):
+                    ports |= 1 << p
+            mask = 0
+            if ports:
+                probe = self.ports[(ports & -ports).bit_length() - 1]
+                for s, source in enumerate(self.sources):
                     if admits(doc, self.group, source, probe):
-                        mask |= 1 << (s * width + p)
+                        mask |= ports << (s * width)
             self.memo[k] = mask
         return self.memo[k]
 
