@@ -272,7 +272,10 @@ def judge_plan(
 
     `reaches_desired` False judges a partial plan: every state, but not the final outcome.
     """
+    from core.sg_sources import source_worlds  # it builds on this module
+
     scope = worlds(current, desired, plan_rules(plan_doc), owner)
+    sources = source_worlds(current, desired, plan_rules(plan_doc), owner)
     state = {g: {d["SecurityGroupRuleId"]: d for d in w.current} for g, w in scope.items()}
     problems: list[str] = []
     for index, step in enumerate(plan_doc["steps"]):
@@ -301,11 +304,6 @@ def judge_plan(
                 elif not owned(rules[rule_id], owner):
                     problems.append(f"{where}: revokes unowned rule {rule_id}")
                 else:
-                    problems.extend(
-                        f"{where}: revokes {rule_id} before {key(new)} exists (flow)"
-                        for new in scope[group].desired
-                        if key(new) not in present and must_follow(rules[rule_id], new)
-                    )
                     del rules[rule_id]
         elif step["action"] == "modify":
             rule_id, doc = step["rule_id"], step["rule"]
@@ -317,19 +315,18 @@ def judge_plan(
             elif key(doc) != key(target) and key(doc) in present:
                 problems.append(f"{where}: modify makes a duplicate {key(doc)}")
             else:
-                problems.extend(
-                    f"{where}: rewrites {rule_id} before {key(new)} exists (flow)"
-                    for new in scope[group].desired
-                    if key(doc) != key(target)
-                    and key(new) not in present
-                    and must_follow(target, new)
-                )
+                if key(doc) != key(target) and must_follow(target, doc):
+                    problems.append(f"{where}: rewrites {rule_id} into another peer (flow)")
                 rules[rule_id] = {**doc, "SecurityGroupRuleId": rule_id, "Tags": target["Tags"]}
         else:
             problems.append(f"{where}: unknown action")
         if len(rules) > before and len(rules) > quota(group):
             problems.append(f"{where}: {len(rules)} rules exceed the quota of {quota(group)}")
         problems.extend(f"{where}: {p}" for p in scope[group].safety(rules.values()))
+        lost = sources[group].lost(rules.values())
+        if lost:
+            shown = sources[group].masks.describe(lost)
+            problems.append(f"{where}: denies {shown}, which OLD and NEW admit (flow)")
     for group, world in scope.items() if reaches_desired else ():
         final = list(state[group].values())
         keys = [key(d) for d in final]
@@ -344,58 +341,9 @@ def judge_plan(
 
 
 def order_exists(world: GroupWorld, quota: int) -> bool:
-    """Brute force: can one-rule moves take the group from OLD to NEW, judged at every state?
+    """Whether a flow-safe order within `quota` takes the group from OLD to NEW: the
+    exhaustive search of `core.sg_sources`, which judges every state by concrete sources."""
+    from core.sg_sources import SourceWorld
+    from core.sg_sources import order_exists as search
 
-    A state is which new rules exist and which old managed rules are gone. Moves: authorize
-    one new rule (never past the quota), revoke one owned stale rule, or modify one owned stale
-    rule in place into a new one with the same peer kind (no extra slot).
-    """
-    current_keys = {key(d) for d in world.current}
-    desired_keys = {key(d) for d in world.desired}
-    adds = [d for d in world.desired if key(d) not in current_keys]
-    removes = [d for d in world.current if owned(d, world.owner) and key(d) not in desired_keys]
-    base = world.masks.union(
-        d for d in world.current if not (owned(d, world.owner) and key(d) not in desired_keys)
-    )
-    add_masks = [world.masks.of(d) for d in adds]
-    remove_masks = [world.masks.of(d) for d in removes]
-    must, may = world.old & world.new, world.old | world.new
-    goal = ((1 << len(adds)) - 1, (1 << len(removes)) - 1)
-
-    def count(added: int, removed: int) -> int:
-        return len(world.current) + added.bit_count() - removed.bit_count()
-
-    def safe(added: int, removed: int) -> bool:
-        now = base
-        for i, mask in enumerate(add_masks):
-            if added >> i & 1:
-                now |= mask
-        for j, mask in enumerate(remove_masks):
-            if not removed >> j & 1:
-                now |= mask
-        return not (must & ~now) and not (now & ~may)
-
-    seen = {(0, 0)}
-    frontier = [(0, 0)]
-    while frontier:
-        added, removed = frontier.pop()
-        if (added, removed) == goal:
-            return True
-        moves = []
-        for i in range(len(adds)):
-            if not added >> i & 1 and count(added, removed) + 1 <= quota:
-                moves.append((added | 1 << i, removed))
-        for j in range(len(removes)):
-            if removed >> j & 1 or any(
-                not added >> i & 1 and must_follow(removes[j], adds[i]) for i in range(len(adds))
-            ):
-                continue  # invariant 9: its replacements from other peers come first
-            moves.append((added, removed | 1 << j))
-            for i in range(len(adds)):
-                if not added >> i & 1 and peer(removes[j])[0] == peer(adds[i])[0]:
-                    moves.append((added | 1 << i, removed | 1 << j))
-        for state in moves:
-            if state not in seen and safe(*state):
-                seen.add(state)
-                frontier.append(state)
-    return False
+    return search(SourceWorld(world.group, world.current, world.desired, world.owner), quota)

@@ -1,9 +1,11 @@
-"""Invariant 9 (make-before-break by ports, whatever the peers) and the quota as AWS counts it."""
+"""Invariant 9 (flow safety by concrete source, whatever the peers) and the quota as AWS counts it."""
 
 from __future__ import annotations
 
 from core.sg_judge import OWNER, judge_plan
+from core.sg_sources import judge_flows, order_exists, source_worlds
 from core.sg_worlds import NODES, owned, parse, rule
+from sg_reconciler.core.guard import call_would_lose
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.quota import Limits, PrefixListSize
@@ -145,3 +147,84 @@ def test_a_prefix_list_counts_as_its_max_entries_in_its_family() -> None:
         plan, parse(current), parse(desired), OWNER, Limits(60, prefix_lists=sizes, per_family=True)
     )
     assert [v.invariant for v in violations] == ["5 quota"]
+
+
+# Issue 21, item 1: flow safety is judged on the traffic that remains, by concrete source.
+
+
+def test_a_rule_whose_traffic_a_staying_rule_admits_goes_first_even_before_another_peer() -> None:
+    # Given all traffic from a CIDR that stays, and tcp 443 from the same CIDR moving to a
+    # group peer, with no free slot
+    every = owned(NODES, None, "sgr-all", IpProtocol="-1", CidrIpv4="10.0.0.0/16")
+    https = owned(NODES, (443, 443), "sgr-443", CidrIpv4="10.0.0.0/16")
+    current = [every, https]
+    desired = [
+        rule(NODES, None, IpProtocol="-1", CidrIpv4="10.0.0.0/16"),
+        rule(NODES, (443, 443), ReferencedGroupInfo={"GroupId": NEW_BACKEND}),
+    ]
+    # When it is planned (before: refused, "must stay until ... exists, since one source
+    # can be admitted by both peers")
+    plan = make_plan(parse(current), parse(desired), OWNER, Limits(2))
+    # Then tcp 443 from the CIDR goes first: every source it admits, the staying rule admits
+    assert isinstance(plan, Plan), plan
+    assert plan.steps == (
+        Revoke(NODES, ("sgr-443",)),
+        Authorize(NODES, (parse(desired)[1],)),
+    )
+    assert judge_flows(current, desired, plan.to_dict(), 2) == []
+    assert judge_plan(current, desired, plan.to_dict(), lambda _g: 2) == []
+
+
+def test_the_only_order_revokes_a_covered_desired_rule_and_authorizes_it_again() -> None:
+    # Given, at the quota of 3: tcp 80 from a /16 (going), tcp 80 from a /24 inside it
+    # (wanted), tcp 80 from one group (going), and tcp 80 from another group (new). Both
+    # going rules must wait for the new one (a source in the /16 or in the first group can
+    # carry the new group), and there is no slot for it.
+    wide = owned(NODES, (80, 80), "sgr-wide", CidrIpv4="10.0.0.0/16")
+    narrow = owned(NODES, (80, 80), "sgr-narrow", CidrIpv4="10.0.0.0/24")
+    old_group = owned(NODES, (80, 80), "sgr-oldgroup", ReferencedGroupInfo={"GroupId": OLD_BACKEND})
+    current = [wide, narrow, old_group]
+    desired = [
+        rule(NODES, (80, 80), CidrIpv4="10.0.0.0/24"),
+        rule(NODES, (80, 80), ReferencedGroupInfo={"GroupId": NEW_BACKEND}),
+    ]
+    # When it is planned (before: refused)
+    plan = make_plan(parse(current), parse(desired), OWNER, Limits(3))
+    # Then the /24 rule, which the /16 admits meanwhile, is revoked to make room and
+    # authorized again before the /16 goes; the notes say so, with the extra calls
+    assert isinstance(plan, Plan), plan
+    doc = plan.to_dict()
+    assert judge_flows(current, desired, doc, 3) == []
+    assert judge_plan(current, desired, doc, lambda _g: 3) == []
+    revoked = [rid for step in doc["steps"] for rid in step.get("rule_ids", [])]
+    assert revoked.index("sgr-narrow") < revoked.index("sgr-wide")
+    (note,) = [n for n in plan.notes if "authorizing them again" in n]
+    assert "sgr-narrow" in note and "2 extra calls" in note
+    # And without the room the first revoke makes, no order exists at all
+    assert not order_exists(source_worlds(current, desired)[NODES], 2)
+
+
+def test_the_live_guard_judges_what_remains_by_concrete_source() -> None:
+    # Given the live rules of the re-authorize case above: /16 and /24 on tcp 80, and tcp 80
+    # from the old group, with the new group's rule not in place yet
+    live = parse(
+        [
+            owned(NODES, (80, 80), "sgr-wide", CidrIpv4="10.0.0.0/16"),
+            owned(NODES, (80, 80), "sgr-narrow", CidrIpv4="10.0.0.0/24"),
+            owned(NODES, (80, 80), "sgr-old", ReferencedGroupInfo={"GroupId": OLD_BACKEND}),
+        ]
+    )
+    desired = parse(
+        [
+            rule(NODES, (80, 80), CidrIpv4="10.0.0.0/24"),
+            rule(NODES, (80, 80), ReferencedGroupInfo={"GroupId": NEW_BACKEND}),
+        ]
+    )
+    # Then the /24 may go (the /16 admits every source it admits; before: refused by pair)
+    assert call_would_lose(live, {"sgr-narrow"}, (), desired) == []
+    # But not the /16 (a source in it carrying the new group is wanted) nor the old group
+    # (a source carrying both groups), while the new group's rule is missing
+    for rule_id in ("sgr-wide", "sgr-old"):
+        (problem,) = call_would_lose(live, {rule_id}, (), desired)
+        assert "a source (an address and the groups it carries)" in problem
+        assert NEW_BACKEND in problem

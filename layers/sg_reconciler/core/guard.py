@@ -5,8 +5,8 @@ The plan was checked against the rules read when it was made; between that read 
 call someone may have revoked or narrowed our new rule, or the desired state may have moved.
 So the step reads the group's live rules and judges the call against them: the traffic the
 desired rules need that is allowed now (at least OLD ∩ NEW) must still be allowed after the
-call, and a rule that admits ports from one peer must not go while the desired rule that
-admits overlapping ports from another peer is missing (invariant 9).
+call, for every concrete source: an address plus the groups its interface carries, since one
+source can be admitted by a CIDR rule and a group rule at once (invariant 9).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from sg_reconciler.core.rules import Rule
-from sg_reconciler.core.safety import flow_conflict
-from sg_reconciler.core.traffic import Traffic
+from sg_reconciler.core.traffic import Traffic, sharing_ports, source_stake
 
 
 def call_would_lose(
@@ -34,13 +33,18 @@ def call_would_lose(
     lost = (Traffic.of(desired) & Traffic.of(live)) - stays
     if lost:
         problems.append(f"it would deny {lost.describe()}, which the desired rules need")
-    for old in removed:
-        for want in desired:
-            if flow_conflict(old.key, want.key) and not Traffic.of([want]) <= stays:
-                problems.append(
-                    f"{old} must stay until {want.key} is in place: a source can be admitted "
-                    "by both peers"
-                )
+    if not problems:
+        kept = {r.key for r in remaining}
+        wanted = [w.key for w in desired if w.key not in kept and w.group_id == removed[0].group_id]
+        taken = [r.key for r in removed]
+        flows = source_stake(taken, wanted, sharing_ports(kept, taken)) if wanted else None
+        if flows is not None and flows.pieces:
+            needing = [w for w in wanted if any(flows.bit(w) & p for p in flows.pieces)]
+            problems.append(
+                f"it would deny a source (an address and the groups it carries) traffic that "
+                f"{', '.join(str(r) for r in removed)} admits and {needing[0]} is wanted to admit: "
+                "no rule that stays admits it"
+            )
     return problems
 
 

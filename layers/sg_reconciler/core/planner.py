@@ -5,7 +5,11 @@ every group has them does one revoke call per group remove the stale ones. A gro
 that headroom interleaves: authorize what fits, revoke what is no longer needed, repeat; an
 in-place modify is the last resort. The order is found by a depth-first search over which
 new rules exist and which old ones are gone (both only grow, so the search space is finite
-and memoised), trying whole batches first. Every emitted plan passes the safety checker.
+and memoised), trying whole batches first. A state is judged by concrete source (invariant
+9, docs/invariants.md): a rule may go when every address, with the groups its interface
+carries, keeps what OLD and NEW both admit. When that search finds nothing, a second one may
+also revoke a desired rule that other rules cover for the moment and authorize it again
+later (extra calls, said in the notes). Every emitted plan passes the safety checker.
 Never revoke first: when no order keeps OLD ∩ NEW allowed within the quota, refuse.
 """
 
@@ -20,6 +24,7 @@ from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Refusal, Rev
 from sg_reconciler.core.quota import Limits, Usage, add, sub
 from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, RuleError, RuleKey
 from sg_reconciler.core.safety import GroupBounds, check_plan, flow_waits, group_bounds
+from sg_reconciler.core.traffic import Traffic, key_box, sharing_ports, source_stake, touching
 
 __all__ = ["DEFAULT_SEARCH_BUDGET", "GroupDiff", "Limits", "dedupe_desired", "make_plan"]
 
@@ -114,20 +119,36 @@ def diff_groups(current: Sequence[Rule], desired: Sequence[Rule], owner: str) ->
 
 
 class _Interleaver:
-    """Depth-first search for a safe authorize/revoke/modify order within one group's quota.
+    """Depth-first search for a flow-safe authorize/revoke/modify order within one group's quota.
 
     A state is two bitmasks: bit i of `added` when adds[i] exists, bit j of `removed` when
-    removes[j] is gone (cheap to combine, hash and remember by the thousand).
+    removes[j] is gone (cheap to combine, hash and remember by the thousand). A state is
+    safe when every concrete source keeps what OLD and NEW both admit (invariant 9), judged
+    on the pieces of `GroupBounds.flows`.
+
+    `transient` desired rules that exist now may be revoked and authorized again later: each
+    is both a remove (index `len(diff.removes) + k`) and an add (`len(diff.adds) + k`); the
+    end state has both bits or neither. Used only when no other order fits (extra calls).
     """
 
     def __init__(
-        self, diff: GroupDiff, now: Usage, bounds: GroupBounds, limits: Limits, budget: int
+        self,
+        diff: GroupDiff,
+        now: Usage,
+        bounds: GroupBounds,
+        limits: Limits,
+        budget: int,
+        transient: Sequence[tuple[Rule, Rule]] = (),
     ) -> None:
         """`now`: the quota units the group holds (`diff.usage`)."""
         self.diff, self.bounds, self.budget = diff, bounds, budget
-        self.adds = [r.key for r in diff.adds]
-        self.removes = [r.key for r in diff.removes]
-        self.all_added, self.all_removed = (1 << len(self.adds)) - 1, (1 << len(self.removes)) - 1
+        self.transient = tuple(transient)  # (existing, desired): a description may change
+        again = [r.key for r, _ in self.transient]
+        self.real_adds, self.real_removes = len(diff.adds), len(diff.removes)
+        self.adds = [r.key for r in diff.adds] + again
+        self.removes = [r.key for r in diff.removes] + again
+        self.all_added = (1 << self.real_adds) - 1
+        self.all_removed = (1 << self.real_removes) - 1
         self.base_usage = sub(now, limits.usage(self.removes))  # the rules no step touches
         self.limit = limits(diff.group_id)
         self.unit_weights = not limits.per_family  # every rule weighs (1, 0): usage is a count
@@ -136,21 +157,24 @@ class _Interleaver:
         self.seen: set[tuple[int, int]] = set()
         self.safe_cache: dict[tuple[int, int], bool] = {}
         self.checks = 0
-        # The base rules are the group's stable rules (in OLD and NEW), in every state of the
-        # search: only the OLD ∩ NEW traffic they leave uncovered is at stake, as pieces that
-        # each changing rule covers whole or not at all (rules that cover none have no bit).
-        self.stake = bounds.stake
+        # The stable rules are in every state of the search: only the OLD ∩ NEW flows they
+        # leave uncovered are at stake, as pieces that each changing rule covers whole or not
+        # at all (rules that cover none have no bit).
+        if self.transient:
+            stable = bounds.stable_keys - set(again)
+            olds = [*self.removes[: self.real_removes], *again]
+            self.stake = source_stake(olds, self.adds, sharing_ports(stable, olds))
+        else:
+            self.stake = bounds.flows
         self.add_bits = [self.stake.bit(k) for k in self.adds]
         self.remove_bits = [self.stake.bit(k) for k in self.removes]
         self.covering_adds = [(i, bit) for i, bit in enumerate(self.add_bits) if bit]
         self.covering_removes = [(j, bit) for j, bit in enumerate(self.remove_bits) if bit]
         self.helpfulness = self._helpfulness()
-        self.most_helpful = sorted(range(len(self.adds)), key=lambda i: (-self.helpfulness[i], i))
-        # Invariant 9: a stale rule goes only after every new rule that admits overlapping
-        # ports from another peer (a source may be admitted by both peers): per stale rule,
-        # the bitmask of those new rules.
+        self.most_helpful = sorted(range(self.real_adds), key=lambda i: (-self.helpfulness[i], i))
+        # A modify never rewrites a rule into a peer of another family that overlaps it
+        # (invariant 9): per stale rule, the bitmask of the adds it must not become.
         self.first = flow_waits(self.removes, self.adds)
-        self.waiting = [(j, needs) for j, needs in enumerate(self.first) if needs]
 
     def _helpfulness(self) -> list[int]:
         """How many stale rules' needed traffic each new rule covers: authorize those first."""
@@ -159,7 +183,7 @@ class _Interleaver:
 
     def usage(self, added: int, removed: int) -> Usage:
         if self.unit_weights:
-            kept = self.all_removed & ~removed
+            kept = ((1 << len(self.removes)) - 1) & ~removed
             return self.base_usage[0] + added.bit_count() + kept.bit_count(), self.base_usage[1]
         total = self.base_usage
         for i, weight in enumerate(self.add_weights):
@@ -178,9 +202,6 @@ class _Interleaver:
         state = (added, removed)
         cached = self.safe_cache.get(state)
         if cached is None:
-            if any(removed >> j & 1 and needs & ~added for j, needs in self.waiting):
-                cached = self.safe_cache[state] = False
-                return cached
             self.checks += 1
             if self.checks > self.budget:
                 raise _BudgetExhausted
@@ -188,7 +209,7 @@ class _Interleaver:
         return cached
 
     def covers(self, added: int, removed: int) -> bool:
-        """Whether the rules present in the state keep all the traffic at stake."""
+        """Whether the rules present in the state keep every flow at stake."""
         present = 0
         for i, bit in self.covering_adds:
             if added >> i & 1:
@@ -198,9 +219,23 @@ class _Interleaver:
                 present |= bit
         return self.stake.covered(present)
 
+    def done(self, added: int, removed: int) -> bool:
+        """Every new rule exists, every stale one is gone, every transient one is back."""
+        return (
+            added & self.all_added == self.all_added
+            and removed & self.all_removed == self.all_removed
+            and added >> self.real_adds == removed >> self.real_removes
+        )
+
     def moves(self, added: int, removed: int) -> Iterator[tuple[Move, int, int]]:
-        pending_adds = [i for i in range(len(self.adds)) if not added >> i & 1]
-        pending_removes = [j for j in range(len(self.removes)) if not removed >> j & 1]
+        # Transient rules revoked earlier are new rules again until they are back.
+        back = [
+            self.real_adds + k
+            for k in range(len(self.transient))
+            if removed >> (self.real_removes + k) & 1 and not added >> (self.real_adds + k) & 1
+        ]
+        pending_adds = [i for i in range(self.real_adds) if not added >> i & 1] + back
+        pending_removes = [j for j in range(self.real_removes) if not removed >> j & 1]
         # 1. Revoke every stale rule whose traffic is no longer needed, as one call.
         batch: list[int] = []
         revoked = removed
@@ -214,7 +249,7 @@ class _Interleaver:
         usage = base = self.usage(added, removed)
         fitting: list[int] = []
         authorized = added
-        for i in self.most_helpful:
+        for i in [*self.most_helpful, *back]:
             if added >> i & 1:
                 continue
             grown = add(usage, self.add_weights[i])
@@ -230,21 +265,32 @@ class _Interleaver:
         for i in pending_adds if len(fitting) < len(pending_adds) else ():
             if self.fits(add(base, self.add_weights[i])):
                 yield ("authorize", (i,)), added | 1 << i, removed
-        # 4. Last resort: rewrite a stale rule in place into a new one (no extra slot), never
-        # between peers that may admit one source (invariant 9: that is not make-before-break).
-        for j in pending_removes:
+        # 4. Last resort: rewrite a rule in place into a new one (no extra slot), judged by the
+        # state after it, never into a peer of another family that overlaps it (invariant 9).
+        present = pending_removes + [
+            self.real_removes + k
+            for k in range(len(self.transient))
+            if not removed >> (self.real_removes + k) & 1
+        ]
+        for j in present:
             for i in pending_adds:
                 if self.removes[j].peer.kind != self.adds[i].peer.kind or self.first[j] >> i & 1:
                     continue
                 swapped = add(sub(base, self.remove_weights[j]), self.add_weights[i])
                 grows = swapped[0] > base[0] or swapped[1] > base[1]
-                if (grows and not self.fits(swapped)) or self.first[j] & ~added:
+                if grows and not self.fits(swapped):
                     continue
                 if self.safe(added | 1 << i, removed | 1 << j):
                     yield ("modify", (j, i)), added | 1 << i, removed | 1 << j
+        # 5. Revoke for a while a desired rule that other rules cover now: it comes back in a
+        # later call (two extra calls, the price of an order that fits).
+        for k in range(len(self.transient)):
+            j = self.real_removes + k
+            if not removed >> j & 1 and self.safe(added, removed | 1 << j):
+                yield ("revoke", (j,)), added, removed | 1 << j
 
     def search(self, added: int, removed: int) -> list[Move] | None:
-        if added == self.all_added and removed == self.all_removed:
+        if self.done(added, removed):
             return []
         if (added, removed) in self.seen:
             return None
@@ -260,25 +306,44 @@ class _Interleaver:
         if moves is None:
             return None
         diff = self.diff
+        new_rules = (*diff.adds, *(want for _, want in self.transient))
+        old_rules = (*diff.removes, *(have for have, _ in self.transient))
         steps: list[Step] = []
         for kind, items in moves:
             last = steps[-1] if steps else None
             if kind == "authorize":
-                rules = tuple(diff.adds[i] for i in items)
+                rules = tuple(new_rules[i] for i in items)
                 if isinstance(last, Authorize):
                     steps[-1] = Authorize(diff.group_id, last.rules + rules)
                 else:
                     steps.append(Authorize(diff.group_id, rules))
             elif kind == "revoke":
-                ids = tuple(_rule_id(diff.removes[j]) for j in items)
+                ids = tuple(_rule_id(old_rules[j]) for j in items)
                 if isinstance(last, Revoke):
                     steps[-1] = Revoke(diff.group_id, last.rule_ids + ids)
                 else:
                     steps.append(Revoke(diff.group_id, ids))
             else:
                 j, i = items
-                steps.append(Modify(diff.group_id, _rule_id(diff.removes[j]), diff.adds[i]))
+                steps.append(Modify(diff.group_id, _rule_id(old_rules[j]), new_rules[i]))
         return steps
+
+
+def _transient(
+    diff: GroupDiff, bounds: GroupBounds, owner: str, cap: int = 6
+) -> list[tuple[Rule, Rule]]:
+    """The desired rules that exist (owned) and could be revoked for a while, as (existing,
+    desired): those whose traffic other rules of OLD or NEW admit for every source (a rule
+    admits by one peer, so its own family decides). At most `cap`, to bound the search."""
+    found: list[tuple[Rule, Rule]] = []
+    everything = bounds.old_keys | bounds.new_keys
+    for have, want in [*((r, r) for r in diff.kept), *diff.relabel]:
+        if len(found) == cap:
+            break
+        others = touching(everything - {have.key}, [have.key])
+        if have.owned_by(owner) and Traffic.of([have.key]) <= Traffic.of(others):
+            found.append((have, want))
+    return found
 
 
 def _rule_id(rule: Rule) -> str:
@@ -288,12 +353,15 @@ def _rule_id(rule: Rule) -> str:
 
 
 def _flow_reason(interleaver: _Interleaver) -> str:
-    """Name the pairs invariant 9 orders, when they are what blocks the change."""
+    """Name the rules of different peers that one source needs, when those are what block."""
     pairs = [
         (interleaver.removes[j], interleaver.adds[i])
-        for j, needs in enumerate(interleaver.first)
-        for i in range(len(interleaver.adds))
-        if needs >> i & 1
+        for j, old_bit in enumerate(interleaver.remove_bits[: interleaver.real_removes])
+        for i, new_bit in enumerate(interleaver.add_bits[: interleaver.real_adds])
+        if old_bit
+        and new_bit
+        and key_box(interleaver.removes[j])[0] != key_box(interleaver.adds[i])[0]
+        and any(piece & old_bit and piece & new_bit for piece in interleaver.stake.pieces)
     ]
     if not pairs:
         return ""
@@ -301,7 +369,8 @@ def _flow_reason(interleaver: _Interleaver) -> str:
     more = f" (and {len(pairs) - 1} more such pairs)" if len(pairs) > 1 else ""
     return (
         f", or before the rule that replaces it from another peer: {old} must stay until {new} "
-        f"exists, since one source can be admitted by both peers{more}"
+        f"exists, since one source can be admitted by both peers and no rule that stays "
+        f"admits it{more}"
     )
 
 
@@ -370,8 +439,11 @@ def make_plan(
             )
             continue
         interleaver = _Interleaver(diff, now, bounds[gid], limits, search_budget)
+        again: list[tuple[Rule, Rule]] = []
         try:
             steps = interleaver.steps()
+            if steps is None and (again := _transient(diff, bounds[gid], owner)):
+                steps = _Interleaver(diff, now, bounds[gid], limits, search_budget, again).steps()
         except _BudgetExhausted:
             refusals.append(
                 Refusal(
@@ -395,6 +467,19 @@ def make_plan(
             )
             continue
         interleaved.extend(steps)
+        written = {r.key for s in steps if isinstance(s, Authorize) for r in s.rules}
+        written |= {s.rule.key for s in steps if isinstance(s, Modify)}
+        returning = [have for have, _ in again if have.key in written]
+        if returning:
+            # A rule revoked and written again carries the desired description already.
+            gone = {have.rule_id for have in returning}
+            relabels = [s for s in relabels if not (isinstance(s, Modify) and s.rule_id in gone)]
+            shown = _listing(returning)
+            notes.append(
+                f"{gid}: no order fits the quota of {limit} ingress rules without revoking desired "
+                f"rules whose traffic other rules admit meanwhile and authorizing them again later: "
+                f"{shown} ({2 * len(returning)} extra calls at most)"
+            )
         for step in steps:
             if isinstance(step, Modify):
                 notes.append(

@@ -2,9 +2,10 @@
 
 Invariants (docs/invariants.md): 1 no loss (OLD ∩ NEW always allowed), 2 no over-exposure
 (nothing outside OLD ∪ NEW), 3 ownership (only owned rules revoked or modified), 5 quota (no
-call pushes a group past its limit, counted as AWS counts it), 9 flow (a rule that admits
-ports from one peer goes only after the new rule that admits overlapping ports from another
-peer exists), and the final state equals the desired one. A multi-rule
+call pushes a group past its limit, counted as AWS counts it), 9 flow (every concrete
+source, an address plus the groups its interface carries, keeps what OLD and NEW both
+admit; a rule is never rewritten in place into a peer of another family that overlaps it),
+and the final state equals the desired one. A multi-rule
 call may apply partly; checking the states before and after each call covers those partial
 states too, because an authorize only adds and a revoke only removes.
 """
@@ -23,6 +24,8 @@ from sg_reconciler.core.traffic import (
     Traffic,
     key_box,
     overlapping,
+    sharing_ports,
+    source_stake,
     stake,
     touching,
 )
@@ -87,6 +90,8 @@ class GroupBounds:
     _at_stake: Traffic | None = None
     _stake: Stake | None = None
     _overlaps: list[tuple[RuleKey, RuleKey]] | None = None
+    _flows: Stake | None = None
+    _all_flows: Stake | None = None
 
     @property
     def must_keep(self) -> Traffic:
@@ -141,6 +146,31 @@ class GroupBounds:
             stable = self.stable_keys
             self._overlaps = overlapping(self.old_keys - stable, self.new_keys - stable)
         return self._overlaps
+
+    @property
+    def flows(self) -> Stake:
+        """The OLD ∩ NEW flows of concrete sources the stable rules leave to the changing ones
+        (invariant 9), as pieces for the planner's search and the checker."""
+        if self._flows is None:
+            stable = self.stable_keys
+            old, new = self.old_keys - stable, self.new_keys - stable
+            self._flows = source_stake(sorted(old), sorted(new), sharing_ports(stable, old))
+        return self._flows
+
+    def loses_flows(self, keys: frozenset[RuleKey]) -> bool:
+        """Whether `keys` deny a concrete source some flow that OLD and NEW both admit."""
+        if self.old_keys <= keys or self.new_keys <= keys:
+            return False
+        if self.stable_keys <= keys:
+            flows = self.flows
+        else:  # a state without some stable rule (a bad plan): judge OLD ∩ NEW whole
+            if self._all_flows is None:
+                self._all_flows = source_stake(sorted(self.old_keys), sorted(self.new_keys), ())
+            flows = self._all_flows
+        present = 0
+        for key in keys:
+            present |= flows.bit(key)
+        return not flows.covered(present)
 
     def loses_traffic(self, keys: frozenset[RuleKey]) -> Traffic:
         """What OLD ∩ NEW traffic `keys` does not allow (empty when safe)."""
@@ -244,8 +274,6 @@ def check_plan(
                 elif not target.owned_by(owner):
                     bad("3 ownership", f"revokes unmanaged rule {target}")
                 else:
-                    for needed in _first_needed(bounds, target.key, present):
-                        bad("9 flow", f"revokes {target} before {needed} exists")
                     simulated.drop(rule_id)
         elif isinstance(step, Adopt):
             target = rules.get(step.rule_id)
@@ -270,9 +298,12 @@ def check_plan(
             elif step.rule.key != target.key and step.rule.key in present:
                 bad("call shape", f"{step.rule.key} already exists: EC2 rejects the duplicate")
             else:
-                moved = step.rule.key != target.key  # a description-only change keeps traffic
-                for needed in _first_needed(bounds, target.key, present) if moved else ():
-                    bad("9 flow", f"rewrites {target} before {needed} exists")
+                if flow_conflict(target.key, step.rule.key):
+                    bad(
+                        "9 flow",
+                        f"rewrites {target} in place into {step.rule.key}: AWS does not document "
+                        "that a source admitted through both peers keeps its traffic meanwhile",
+                    )
                 simulated.put(
                     step.rule_id, replace(step.rule, rule_id=step.rule_id, tags=target.tags)
                 )
@@ -340,18 +371,6 @@ class _Group:
             del self.keys[key]
 
 
-def _first_needed(
-    bounds: dict[str, GroupBounds], old: RuleKey, present: set[RuleKey]
-) -> list[RuleKey]:
-    """New rules that must exist before `old` goes (invariant 9) but are not in `present`."""
-    group = bounds.get(old.group_id)
-    if group is None:
-        return []
-    missing = [new for new in group.incoming if new not in present]
-    (waits,) = flow_waits([old], missing)  # all of old's group: the bounds are per group
-    return sorted(new for i, new in enumerate(missing) if waits >> i & 1)
-
-
 def _check_traffic(
     bounds: dict[str, GroupBounds],
     group_id: str,
@@ -368,6 +387,9 @@ def _check_traffic(
     lost = group.loses_traffic(keys)
     if lost:
         violations.append(Violation(index, "1 no loss", group_id, f"denies {lost.describe()}"))
+    elif group.loses_flows(keys):
+        detail = "denies a source (an address and the groups it carries) traffic that both OLD and NEW admit"
+        violations.append(Violation(index, "9 flow", group_id, detail))
     exposed = group.over_exposes(keys)
     if exposed:
         violations.append(

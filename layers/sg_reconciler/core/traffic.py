@@ -149,6 +149,18 @@ def touching(keys: Iterable[RuleKey], others: Iterable[RuleKey]) -> list[RuleKey
     return found
 
 
+def sharing_ports(keys: Iterable[RuleKey], others: Iterable[RuleKey]) -> list[RuleKey]:
+    """The keys that overlap some of `others` on protocol and ports, whatever the peers (one
+    source can be admitted through peers of different families)."""
+    boxes = [key_box(other)[1][1:] for other in others]
+    found = []
+    for key in keys:
+        _, (_, (p_lo, p_hi), (lo, hi)) = key_box(key)
+        if any(p_lo < b[0][1] and b[0][0] < p_hi and lo < b[1][1] and b[1][0] < hi for b in boxes):
+            found.append(key)
+    return found
+
+
 def _overlap(a: Box, b: Box) -> bool:
     (a0, a1, a2), (b0, b1, b2) = a, b  # unrolled: called for every pair of nearby rules
     return (
@@ -243,6 +255,88 @@ def _cells(items: list[tuple[Box, int]], depth: int, old: int, new: int, found: 
             _cells(inside, depth + 1, old, new, found)
         elif not mask & 1:
             found.add(mask)
+
+
+_ADDRESS_FAMILIES = {"ipv4": 1 << 32, "ipv6": 1 << 128}  # family: size of its address line
+
+
+def source_stake(
+    old: Iterable[RuleKey], new: Iterable[RuleKey], stable: Iterable[RuleKey]
+) -> Stake:
+    """What `old` and `new` both admit and `stable` does not, by concrete source (invariant 9).
+
+    `stake` keeps peer families apart; a real source is one address plus the groups its
+    interface carries (and the prefix lists its address is in), so one source can be admitted
+    by an old rule from a CIDR and a new one from a group. A piece here is one class of
+    concrete flows: a protocol and port cell, an address cell (inside or outside each CIDR,
+    in either family) and at most two labels (groups or prefix lists): a flow that both sides
+    admit has a witness rule on each, so a source with more labels holds one of these. Only
+    the smallest pieces are kept (a piece that holds another is covered whenever it is).
+    All rules are of one group; a key in both `old` and `new` gets one bit.
+    """
+    bits: dict[RuleKey, int] = {}
+    masks = [0, 0]
+    items: list[tuple[str, int, int, Box, int]] = []  # family, address lo, hi, box, bit
+    for side, keys in enumerate((old, new)):
+        for key in keys:
+            bit = bits.setdefault(key, 2 << len(bits))
+            masks[side] |= bit
+    for key in stable:
+        bits.setdefault(key, 1)
+    for key, bit in bits.items():
+        (_, family), box = key_box(key)
+        items.append((family, box[0][0], box[0][1], box, bit))
+    pieces: set[int] = set()
+    _source_cells(items, 1, masks[0], masks[1], pieces)
+    return Stake({k: b for k, b in bits.items() if b != 1}, frozenset(_smallest(pieces)))
+
+
+def _source_cells(
+    items: list[tuple[str, int, int, Box, int]], depth: int, old: int, new: int, found: set[int]
+) -> None:
+    """Cut the protocol (depth 1) and port (depth 2) dimensions; in each cell, combine an
+    address cell with up to two labels."""
+    points = sorted({x for item in items for x in item[3][depth]})
+    for lo, hi in itertools.pairwise(points):
+        inside = [it for it in items if it[3][depth][0] <= lo and hi <= it[3][depth][1]]
+        mask = 0
+        for it in inside:
+            mask |= it[4]
+        if not (mask & old and mask & new):
+            continue
+        if depth < _DIMENSIONS - 1:
+            _source_cells(inside, depth + 1, old, new, found)
+            continue
+        addresses: set[int] = set()
+        labels: dict[str, int] = {}
+        for family, size in _ADDRESS_FAMILIES.items():
+            spans = [(a, b, bit) for fam, a, b, _, bit in inside if fam == family]
+            cuts = sorted({0, size, *(x for a, b, _ in spans for x in (a, b))})
+            for start, end in itertools.pairwise(cuts):
+                cell = 0
+                for a, b, bit in spans:
+                    if a <= start and end <= b:
+                        cell |= bit
+                addresses.add(cell)
+        for family, _, _, _, bit in inside:
+            if family not in _ADDRESS_FAMILIES:
+                labels[family] = labels.get(family, 0) | bit
+        label_masks = [m for m in set(labels.values()) if not m & 1]
+        for address in addresses:
+            if address & 1:
+                continue  # a stable rule admits the address whatever the labels
+            combos = [address, *(address | m for m in label_masks)]
+            combos += [address | a | b for a, b in itertools.combinations(label_masks, 2)]
+            found.update(m for m in combos if m & old and m & new)
+
+
+def _smallest(pieces: set[int]) -> list[int]:
+    """The pieces that hold no other piece (covering those covers the rest)."""
+    kept: list[int] = []
+    for piece in sorted(pieces, key=int.bit_count):
+        if not any(other & piece == other for other in kept):
+            kept.append(piece)
+    return kept
 
 
 @dataclass(frozen=True)
