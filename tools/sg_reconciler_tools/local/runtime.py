@@ -3,7 +3,8 @@
 `LocalRuntime(template_path)` starts moto with the hooks of `moto_hooks`, packages the SAM
 template as `sam package` does (artifacts to moto's S3), translates it with samtranslator
 (`stack`), adapts the result to moto's CloudFormation (`cfn_workarounds`) and creates the
-stack with `create_stack`. Lambda functions run in this process (`functions.HandlerHost`
+stack with `create_stack` (`update` moves it to another template with `update_stack`, as an
+upgrade does). Lambda functions run in this process (`functions.HandlerHost`
 answers moto's Invoke), executions of the real state machine run in moto's interpreter.
 Wait states and Retry backoff do not sleep (the requested seconds are recorded in `waits`
 and `retry_sleeps`); executions run in moto's background thread, so `wait_for` polls with
