@@ -67,6 +67,17 @@ class Cloud:
         (stack,) = self.cloudformation.describe_stacks(StackName=STACK)["Stacks"]
         return dict(stack)
 
+    def update(self, resources: dict[str, Any]) -> dict[str, Any]:
+        """Update stack `st` to the resources; returns DescribeStacks' stack."""
+        with cfn_workarounds.quiet_unsupported_resources():
+            self.cloudformation.update_stack(
+                StackName=STACK,
+                TemplateBody=json.dumps({"Resources": resources}),
+                Capabilities=["CAPABILITY_IAM"],
+            )
+        (stack,) = self.cloudformation.describe_stacks(StackName=STACK)["Stacks"]
+        return dict(stack)
+
     def physical_id(self, logical_id: str) -> str:
         resources = self.cloudformation.describe_stack_resources(StackName=STACK)
         (found,) = [
@@ -175,6 +186,76 @@ def test_a_stacks_state_machine_keeps_its_type(cloud: Cloud) -> None:
         cloud.create({"Machine": express})
         described = cloud.sfn.describe_state_machine(stateMachineArn=cloud.physical_id("Machine"))
     assert described["type"] == "EXPRESS"
+
+
+SUCCEED = {"StartAt": "S", "States": {"S": {"Type": "Succeed"}}}
+
+
+def test_moto_alone_cannot_update_a_stacks_state_machine_where_executions_run(
+    cloud: Cloud,
+) -> None:
+    with cfn_workarounds.create_state_machines_in_the_executing_backend():
+        cloud.create({"Machine": machine({"DefinitionString": json.dumps(PASS)})})
+        with pytest.raises(Exception, match="StateMachineDoesNotExist"):
+            cloud.update({"Machine": machine({"DefinitionString": json.dumps(SUCCEED)})})
+
+
+def test_a_stack_update_changes_the_state_machine_in_place(cloud: Cloud) -> None:
+    with (
+        cfn_workarounds.create_state_machines_in_the_executing_backend(),
+        cfn_workarounds.update_state_machines_in_the_executing_backend() as patch,
+    ):
+        cloud.create({"Machine": machine({"DefinitionString": json.dumps(PASS)})})
+        arn = cloud.physical_id("Machine")
+        stack = cloud.update({"Machine": machine({"DefinitionString": json.dumps(SUCCEED)})})
+        described = cloud.sfn.describe_state_machine(stateMachineArn=arn)
+    assert not patch.active
+    assert stack["StackStatus"] == "UPDATE_COMPLETE"
+    assert cloud.physical_id("Machine") == arn  # the same machine, as AWS keeps it
+    assert json.loads(described["definition"]) == SUCCEED
+
+
+def layer_and_function(cloud: Cloud, memory: int) -> dict[str, Any]:
+    code = {"S3Bucket": "code", "S3Key": "fn.zip"}
+    if memory == 128:  # the first template of a test: its code object and role
+        cloud.code_object()
+        cloud.iam.create_role(RoleName="fn-role", AssumeRolePolicyDocument=json.dumps(ROLE_POLICY))
+    role = cloud.iam.get_role(RoleName="fn-role")["Role"]["Arn"]
+    return {
+        "Layer": {
+            "Type": "AWS::Lambda::LayerVersion",
+            "Properties": {"Content": code, "CompatibleRuntimes": ["python3.13"]},
+        },
+        "Function": {
+            "Type": "AWS::Lambda::Function",
+            "Properties": {
+                "Runtime": "python3.13",
+                "Handler": "app.handler",
+                "Role": role,
+                "Code": code,
+                "MemorySize": memory,
+                "Layers": [{"Ref": "Layer"}],
+            },
+        },
+    }
+
+
+def test_moto_alone_cannot_update_a_function_that_names_a_stack_layer(cloud: Cloud) -> None:
+    cloud.create(layer_and_function(cloud, 128))
+    with pytest.raises(Exception, match="has no attribute 'replace'"):
+        cloud.update(layer_and_function(cloud, 256))
+
+
+def test_a_ref_to_a_layer_version_is_its_arn(cloud: Cloud) -> None:
+    with cfn_workarounds.ref_layer_versions_as_arns() as patch:
+        cloud.create(layer_and_function(cloud, 128))
+        layer = cloud.physical_id("Layer")
+        stack = cloud.update(layer_and_function(cloud, 256))
+        function = cloud.lambda_.get_function(FunctionName=cloud.physical_id("Function"))
+    assert not patch.active
+    assert layer.startswith("arn:aws:lambda:") and layer.endswith(":1")
+    assert stack["StackStatus"] == "UPDATE_COMPLETE"
+    assert [entry["Arn"] for entry in function["Configuration"]["Layers"]] == [layer]
 
 
 def test_moto_alone_ignores_a_definition_s3_location(cloud: Cloud) -> None:

@@ -223,6 +223,8 @@ INTERNALS = [
     ("moto.cloudformation.models", "Stack", "parse_template"),
     ("moto.cloudformation.parsing", "ResourceMap", "load_conditions"),
     ("moto.stepfunctions.models", "StateMachine", "create_from_cloudformation_json"),
+    ("moto.stepfunctions.models", "StateMachine", "update_from_cloudformation_json"),
+    ("moto.awslambda.models", "LayerVersion", "arn"),
     ("moto.stepfunctions.responses", None, "get_backend"),
     ("moto.dynamodb.models.table", "Table", "create_from_cloudformation_json"),
     ("moto.events.models", "Rule", "send_to_targets"),

@@ -15,6 +15,8 @@ Changes to the translated template (`prepare` applies them in this order):
   serialize_role_policy_documents       role policies as JSON, not a Python repr
 Patches of moto's models, while the runtime runs:
   create_state_machines_in_the_executing_backend  where the Step Functions API looks
+  update_state_machines_in_the_executing_backend  and where a stack update finds them
+  ref_layer_versions_as_arns            !Ref to a layer version is its ARN
   apply_table_time_to_live              a table's TimeToLiveSpecification
   match_events_as_eventbridge           schedule and disabled rules take no events
   parse_json_templates_as_json          0.4 s of YAML parsing per start
@@ -269,6 +271,69 @@ def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
         "create_from_cloudformation_json",
         classmethod(create_from_cloudformation_json),
         path,
+    )
+
+
+def update_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
+    """Update a stack's state machines where executions run (a stack update, `update_stack`).
+
+    moto's `StateMachine.update_from_cloudformation_json` updates the machine in
+    `moto.stepfunctions.models.stepfunctions_backends`, where
+    `create_state_machines_in_the_executing_backend` did not create it: the update fails
+    with `StateMachineDoesNotExist`. The replacement updates the definition and role in the
+    backend the API uses, in place, as AWS does when the name stays (the template names no
+    machine, so it always stays).
+    """
+    from moto.stepfunctions.models import StateMachine
+    from moto.stepfunctions.responses import get_backend
+
+    path = "moto.stepfunctions.models.StateMachine"
+    moto_hooks.require(StateMachine, "update_from_cloudformation_json", path)
+
+    def update_from_cloudformation_json(
+        cls: Any,
+        /,
+        original_resource: Any,
+        new_resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+    ) -> Any:
+        properties = cloudformation_json.get("Properties", {})
+        return get_backend(account_id, region_name).update_state_machine(
+            original_resource.arn,
+            definition=properties.get("DefinitionString"),
+            role_arn=properties.get("RoleArn"),
+        )
+
+    return moto_hooks.replace(
+        StateMachine,
+        "update_from_cloudformation_json",
+        classmethod(update_from_cloudformation_json),
+        path,
+    )
+
+
+def ref_layer_versions_as_arns() -> moto_hooks.Patch:
+    """`!Ref` to an `AWS::Lambda::LayerVersion` is its ARN, as on AWS (the resource's Ref in
+    the CloudFormation template reference).
+
+    moto's `LayerVersion` has no `physical_resource_id`, so its engine resolves the Ref to
+    the model object itself. Creating a function drops `Layers` (moto keeps none), so the
+    object went unseen; a stack update passes `Layers` to
+    `LambdaFunction.update_configuration`, which looks each entry up as an ARN and fails
+    (`'LayerVersion' object has no attribute 'replace'`).
+    """
+    from moto.awslambda.models import LayerVersion
+
+    def physical_resource_id(self: Any) -> str:
+        return str(self.arn)
+
+    return moto_hooks.add(
+        LayerVersion,
+        "physical_resource_id",
+        property(physical_resource_id),
+        "moto.awslambda.models.LayerVersion",
     )
 
 

@@ -495,6 +495,9 @@ def _add(owner: type, name: str, value: object, moto_path: str) -> Patch:
     return Patch(f"{moto_path}.{name}", lambda: delattr(owner, name))
 
 
+add = _add  # for `cfn_workarounds`, as require and replace
+
+
 def _add_key(mapping: Any, key: str, value: object, moto_path: str) -> Patch:
     """Give a moto dict an entry it lacks; if moto has one now, it may model the thing itself."""
     if not isinstance(mapping, dict):

@@ -3,7 +3,8 @@
 `LocalRuntime(template_path)` starts moto with the hooks of `moto_hooks`, packages the SAM
 template as `sam package` does (artifacts to moto's S3), translates it with samtranslator
 (`stack`), adapts the result to moto's CloudFormation (`cfn_workarounds`) and creates the
-stack with `create_stack`. Lambda functions run in this process (`functions.HandlerHost`
+stack with `create_stack` (`update` moves it to another template with `update_stack`, as an
+upgrade does). Lambda functions run in this process (`functions.HandlerHost`
 answers moto's Invoke), executions of the real state machine run in moto's interpreter.
 Wait states and Retry backoff do not sleep (the requested seconds are recorded in `waits`
 and `retry_sleeps`); executions run in moto's background thread, so `wait_for` polls with
@@ -116,23 +117,10 @@ class LocalRuntime:
         # (the template derives it from the stack name when OwnerName is empty). Writes are
         # not paced unless a test asks (with `Ec2RateLimit`): moto has no rate limit, and
         # the pacer would wait in real time. Reads likewise (`ReadRateLimit` models AWS's).
-        given = {
-            "OwnerName": DEFAULT_OWNER,
-            "WritesPerSecond": str(UNPACED_WRITES_PER_SECOND),
-            "ReadsPerSecond": str(UNPACED_READS_PER_SECOND),
-            **(parameters or {}),
-        }
         self.template_path = Path(template_path)
         self.stack_name = stack_name
         self._document = read_template(self.template_path)
-        declared = self._document.get("Parameters") or {}
-        # The runtime's own defaults only for the parameters the template declares; a
-        # caller's parameters all go to CreateStack.
-        self.parameters = {
-            key: str(value)
-            for key, value in given.items()
-            if key in declared or key in (parameters or {})
-        }
+        self.parameters = _stack_parameters(self._document, {}, parameters or {})
         self.handlers_root = (
             Path(handlers_root) if handlers_root else self.template_path.resolve().parent
         )
@@ -162,6 +150,8 @@ class LocalRuntime:
         self._stack_parameters: dict[str, str] = {}
         self._stack_id = ""
         self._skipped: list[SkippedResource] = []
+        self._uploaded: set[str] = set()  # artifact keys in the stack's bucket
+        self._invoke_patch: moto_hooks.Patch | None = None
 
     # Lifecycle --------------------------------------------------------------------------
 
@@ -452,17 +442,78 @@ class LocalRuntime:
         """Package, translate, adapt to moto and create the stack; then host its functions
         and deliver Step Functions' status changes to the rules that want them."""
         s3 = _session().client("s3")
-        bucket = f"{self.stack_name.lower()}-artifacts"  # `sam package`'s bucket
-        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+        s3.create_bucket(
+            Bucket=self._bucket, CreateBucketConfiguration={"LocationConstraint": REGION}
+        )
+        self._patches += [
+            cfn_workarounds.create_state_machines_in_the_executing_backend(),
+            cfn_workarounds.update_state_machines_in_the_executing_backend(),
+            cfn_workarounds.ref_layer_versions_as_arns(),
+            cfn_workarounds.apply_table_time_to_live(),
+            cfn_workarounds.match_events_as_eventbridge(),
+            cfn_workarounds.parse_json_templates_as_json(),
+        ]
+        template, code_dirs = self._prepared()
+        self._create_stack(template)
+        self._host_functions(code_dirs)
+        self._patches.append(moto_hooks.on_execution_end(self._status_changed))
 
-        uploaded: set[str] = set()
+    def update(
+        self, template_path: str | Path, *, parameters: Mapping[str, str] | None = None
+    ) -> None:
+        """Update the running stack to another template, as `sam build && sam deploy` over it
+        does (CloudFormation UpdateStack), and run its functions from then on.
+
+        The parameters given before that the new template still declares keep their values
+        (sam deploy passes UsePreviousValue for them), the runtime's defaults fill new ones,
+        `parameters` win. Parameters left to their defaults stay unnamed: moto counts a
+        parameter named now and not before as changed, and updates every resource that
+        references it (an SSM parameter is then deleted and created again, its edited value
+        lost), where CloudFormation compares values.
+        moto updates in place what its models can, creates the new resources and deletes
+        the removed ones, but does not roll back: a failed update raises `TemplateError`
+        and leaves the stack half-updated, where CloudFormation would roll it back.
+        """
+        document = read_template(template_path)
+        self.parameters = _stack_parameters(document, self.parameters, parameters or {})
+        self.template_path, self._document = Path(template_path), document
+        template, code_dirs = self._prepared()
+        cloudformation = _session().client("cloudformation")
+        with cfn_workarounds.quiet_unsupported_resources():
+            try:
+                cloudformation.update_stack(
+                    StackName=self.stack_name,
+                    TemplateBody=json.dumps(template),
+                    Parameters=self._parameter_list(),
+                    Capabilities=CAPABILITIES,
+                )
+            except Exception as error:  # moto raises a resource model's error through the call
+                raise TemplateError(
+                    f"moto's CloudFormation could not update stack {self.stack_name}: {error!r}"
+                ) from error
+        self._read_stack(template, "UPDATE_COMPLETE")
+        if self._invoke_patch is not None:
+            self._invoke_patch.undo()
+            self._patches.remove(self._invoke_patch)
+        if self._host is not None:
+            self._host.unload()
+        self._host_functions(code_dirs)
+
+    @property
+    def _bucket(self) -> str:
+        return f"{self.stack_name.lower()}-artifacts"  # `sam package`'s bucket
+
+    def _prepared(self) -> tuple[dict[str, Any], Mapping[str, Path]]:
+        """The template as CreateStack or UpdateStack gets it (packaged to the stack's bucket,
+        translated, adapted to moto), and each function's code directory."""
+        s3 = _session().client("s3")
 
         def upload(name: str, content: bytes) -> str:
             key = content_key(name, content)
-            if key not in uploaded:  # functions sharing a CodeUri share its zip
-                s3.put_object(Bucket=bucket, Key=key, Body=content)
-                uploaded.add(key)
-            return f"s3://{bucket}/{key}"
+            if key not in self._uploaded:  # functions sharing a CodeUri share its zip
+                s3.put_object(Bucket=self._bucket, Key=key, Body=content)
+                self._uploaded.add(key)
+            return f"s3://{self._bucket}/{key}"
 
         def fetch(bucket: str, key: str) -> bytes:
             return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -474,42 +525,35 @@ class LocalRuntime:
         )
         template = cfn_workarounds.prepare(translated, stack_name=self.stack_name, fetch=fetch)
         self.deployed_template = template
-        self._patches += [
-            cfn_workarounds.create_state_machines_in_the_executing_backend(),
-            cfn_workarounds.apply_table_time_to_live(),
-            cfn_workarounds.match_events_as_eventbridge(),
-            cfn_workarounds.parse_json_templates_as_json(),
+        return template, packaged.code_dirs
+
+    def _parameter_list(self) -> list[dict[str, str]]:
+        return [
+            {"ParameterKey": key, "ParameterValue": value} for key, value in self.parameters.items()
         ]
-        self._create_stack(template)
-        self._host_functions(packaged.code_dirs)
-        rules = [physical for kind, physical in self._resources.values() if kind == RULE_TYPE]
-        by_name = {spec.name: spec.logical_id for spec in self._handlers.functions}
-        self._status_targets = [
-            (by_name[function], pattern)
-            for function, pattern in cfn_workarounds.lambda_rule_targets(self.clients.events, rules)
-            if function in by_name
-        ]
-        self._patches.append(moto_hooks.on_execution_end(self._status_changed))
 
     def _create_stack(self, template: dict[str, Any]) -> None:
         cloudformation = _session().client("cloudformation")
-        parameters = [
-            {"ParameterKey": key, "ParameterValue": value} for key, value in self.parameters.items()
-        ]
         with cfn_workarounds.quiet_unsupported_resources():
             try:
                 cloudformation.create_stack(
                     StackName=self.stack_name,
                     TemplateBody=json.dumps(template),
-                    Parameters=parameters,
+                    Parameters=self._parameter_list(),
                     Capabilities=CAPABILITIES,
                 )
             except Exception as error:  # moto raises a resource model's error through the call
                 raise TemplateError(
                     f"moto's CloudFormation could not create stack {self.stack_name}: {error!r}"
                 ) from error
+        self._read_stack(template, "CREATE_COMPLETE")
+
+    def _read_stack(self, template: dict[str, Any], expected_status: str) -> None:
+        """The stack's resources, parameters and names, as the engine created them."""
+        cloudformation = _session().client("cloudformation")
+        with cfn_workarounds.quiet_unsupported_resources():
             (stack,) = cloudformation.describe_stacks(StackName=self.stack_name)["Stacks"]
-            if stack["StackStatus"] != "CREATE_COMPLETE":
+            if stack["StackStatus"] != expected_status:
                 raise TemplateError(
                     f"stack {self.stack_name} is {stack['StackStatus']}: "
                     f"{stack.get('StackStatusReason', '')}"
@@ -579,7 +623,15 @@ class LocalRuntime:
                 )
             )
         self._host = HandlerHost(specs, self._environment)
-        self._patches.append(moto_hooks.patch_lambda_invoke(self._host.dispatch))
+        self._invoke_patch = moto_hooks.patch_lambda_invoke(self._host.dispatch)
+        self._patches.append(self._invoke_patch)
+        rules = [physical for kind, physical in self._resources.values() if kind == RULE_TYPE]
+        by_name = {spec.name: spec.logical_id for spec in specs}
+        self._status_targets = [
+            (by_name[function], pattern)
+            for function, pattern in cfn_workarounds.lambda_rule_targets(self.clients.events, rules)
+            if function in by_name
+        ]
 
     def _status_changed(self, execution: Any) -> None:
         """Deliver Step Functions' "Execution Status Change" event to the functions whose
@@ -594,6 +646,21 @@ class LocalRuntime:
                     self.invoke(logical_id, event)
                 except Exception as err:
                     logging.getLogger(__name__).warning(f"{logical_id} failed on {event}: {err}")
+
+
+def _stack_parameters(
+    document: Mapping[str, Any], previous: Mapping[str, str], given: Mapping[str, str]
+) -> dict[str, str]:
+    """CreateStack's or UpdateStack's parameter values: the runtime's own defaults and the
+    stack's previous values only for the parameters the template declares; a caller's all go."""
+    declared = document.get("Parameters") or {}
+    defaults = {
+        "OwnerName": DEFAULT_OWNER,
+        "WritesPerSecond": str(UNPACED_WRITES_PER_SECOND),
+        "ReadsPerSecond": str(UNPACED_READS_PER_SECOND),
+    }
+    values = {key: value for key, value in {**defaults, **previous}.items() if key in declared}
+    return {**values, **{key: str(value) for key, value in given.items()}}
 
 
 def patch_pacer(
