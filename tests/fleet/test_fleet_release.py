@@ -88,18 +88,23 @@ def test_each_region_reads_its_own_bucket_and_no_account_or_region_is_baked_in(
     )
 
 
-def test_the_library_layer_is_built_as_sam_build_builds_it(release: Release) -> None:
+def test_the_layers_are_built_as_sam_build_builds_them(release: Release) -> None:
     import zipfile
 
     template = template_of(release)
-    (layer,) = [
-        b for b in template["Resources"].values() if b["Type"] == "AWS::Lambda::LayerVersion"
-    ]
-    archive = zipfile.ZipFile(release.artifacts[layer["Properties"]["Content"]["S3Key"]])
-    names = archive.namelist()
-    assert "python/sg_reconciler/core/planner.py" in names  # on Lambda's sys.path
-    assert "python/requirements-installed.txt" in names  # its requirements installed there
-    assert not [n for n in names if "__pycache__" in n]
+    layers = {
+        name: zipfile.ZipFile(release.artifacts[body["Properties"]["Content"]["S3Key"]]).namelist()
+        for name, body in template["Resources"].items()
+        if body["Type"] == "AWS::Lambda::LayerVersion"
+    }
+    # SAM names a layer version by its logical id and a hash of its content
+    by_name = {name.rstrip("0123456789abcdef"): names for name, names in layers.items()}
+    assert set(by_name) == {"ReconcilerLibrary", "PowertoolsLibrary"}
+    for names in layers.values():
+        assert names and all(n.startswith("python/") for n in names)  # on Lambda's sys.path
+        assert "python/requirements-installed.txt" in names  # its requirements installed there
+        assert not [n for n in names if "__pycache__" in n]
+    assert "python/sg_reconciler/core/planner.py" in by_name["ReconcilerLibrary"]
 
 
 def write(path: Path, text: str) -> Path:

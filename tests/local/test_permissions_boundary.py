@@ -14,6 +14,7 @@ from sg_reconciler_tools.demo.play import TEMPLATE
 from sg_reconciler_tools.local import LocalRuntime
 
 BOUNDARY = "arn:aws:iam::123456789012:policy/org-boundary"
+FLEET_BUS = "arn:aws:events:eu-west-1:999999999999:event-bus/sg-reconciler-fleet"
 
 
 def roles_of(runtime: LocalRuntime) -> dict[str, dict[str, Any]]:
@@ -31,15 +32,18 @@ def roles_of(runtime: LocalRuntime) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("boundary", [BOUNDARY, ""], ids=["set", "empty"])
 def test_every_role_has_the_boundary_when_it_is_set_and_none_when_empty(boundary: str) -> None:
-    with LocalRuntime(TEMPLATE, parameters={"PermissionsBoundary": boundary}) as runtime:
+    # with a fleet bus, so that the fleet's roles (made only then) are created and checked too
+    parameters = {"PermissionsBoundary": boundary, "FleetEventBusArn": FLEET_BUS}
+    with LocalRuntime(TEMPLATE, parameters=parameters) as runtime:
         declared = {
             logical_id
             for logical_id, resource in runtime.deployed_template["Resources"].items()
             if resource["Type"] == "AWS::IAM::Role"
         }
         roles = roles_of(runtime)
-    # every function's role and the state machine's (SAM makes them; none is left out)
-    assert len(declared) == 10 and "ApplyPlanStateMachineRole" in declared
+    # every function's role, the state machine's (SAM makes them) and the fleet forwarder's
+    assert len(declared) == 12 and "ApplyPlanStateMachineRole" in declared
+    assert "FleetForwardingRole" in declared
     assert set(roles) == declared
     for logical_id, role in roles.items():
         if boundary:

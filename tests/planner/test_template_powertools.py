@@ -148,7 +148,7 @@ def deployed_layers(parameters: dict[str, str]) -> tuple[Any, bool]:
         for resource in resources.values()
         if resource["Type"] == "AWS::Lambda::Function"
     ]
-    assert len(layers) == 9 and all(each == layers[0] for each in layers), "the same layers"
+    assert len(layers) == 10 and all(each == layers[0] for each in layers), "the same layers"
     powertools, library = layers[0]
     assert library["Ref"].startswith("ReconcilerLibrary")
     return powertools, bool(bundled)
