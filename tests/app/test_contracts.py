@@ -32,7 +32,9 @@ from sg_reconciler.app.contracts import (
     ReleaseOutput,
     RevokesOutput,
     RollbackInput,
+    RollbackItemOutput,
     RollbackOutput,
+    RollbackReportInput,
     VerifyInput,
     VerifyOutput,
 )
@@ -51,7 +53,8 @@ STEPS: dict[tuple[str, str | None], tuple[type[BaseModel], type[BaseModel]]] = {
     ("VerifyRulesFunctionArn", "visible"): (VerifyInput, VerifyOutput),
     ("VerifyRulesFunctionArn", "final"): (VerifyInput, VerifyOutput),
     ("VerifyRulesFunctionArn", "leftovers"): (VerifyInput, LeftoversOutput),
-    ("RollBackFunctionArn", None): (RollbackInput, RollbackOutput),
+    ("RollBackFunctionArn", None): (RollbackInput, RollbackItemOutput),
+    ("RollBackFunctionArn", "report"): (RollbackReportInput, RollbackOutput),
     ("ReleaseLocksFunctionArn", None): (LockInput, ReleaseOutput),
 }
 HANDLER_KEYS = {"mode"}  # read by the handler to pick the step, not by the step's model
