@@ -19,45 +19,15 @@ import time
 from typing import Any
 
 from sg_reconciler.core.pacing import pacing_for
-from sg_reconciler_tools.demo.large_world import LargeWorld, build_large_world
+from sg_reconciler_tools.demo.large_world import build_large_world, deny_authorize_in, group_rules
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, run_planner
 from sg_reconciler_tools.demo.world import scheduled_event
-from sg_reconciler_tools.local import LocalRuntime, moto_hooks
+from sg_reconciler_tools.local import LocalRuntime
 from sg_reconciler_tools.local.model_time import InvocationClock, longest, makespan
 
 WRITES_PER_SECOND = 5.0
 RUN_TIMEOUT = 7200
 ROLLBACK_FUNCTION = "RollBackFunction"
-
-
-def group_rules(world: LargeWorld) -> dict[str, list[dict[str, Any]]]:
-    """Every rule of every node group (ingress and egress, ids, descriptions and tags)."""
-    ec2 = world.runtime.clients.ec2
-    found: dict[str, list[dict[str, Any]]] = {g: [] for g in world.node_groups}
-    for start in range(0, len(world.node_groups), 200):
-        chunk = world.node_groups[start : start + 200]
-        pages = ec2.get_paginator("describe_security_group_rules").paginate(
-            Filters=[{"Name": "group-id", "Values": chunk}]
-        )
-        for page in pages:
-            for rule in page["SecurityGroupRules"]:
-                found[rule["GroupId"]].append(dict(rule))
-    return {g: sorted(rules, key=lambda r: r["SecurityGroupRuleId"]) for g, rules in found.items()}
-
-
-def deny_authorize_in(group_id: str) -> moto_hooks.Patch:
-    """AuthorizeSecurityGroupIngress into `group_id` is denied, as IAM would deny it."""
-
-    def deny(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
-        if moto_hooks.current_request_params().get("GroupId") == [group_id]:
-            moto_hooks.raise_service_error(
-                service, "UnauthorizedOperation", "You are not authorized to perform this operation."
-            )
-        return proceed()
-
-    return moto_hooks.intercept_api_call(
-        "ec2", "AuthorizeSecurityGroupIngress", deny, layer=moto_hooks.FAULT_LAYER
-    )
 
 
 def denied_in_the_last_batch(groups: int, ports: int = 5) -> dict[str, Any]:
@@ -67,7 +37,9 @@ def denied_in_the_last_batch(groups: int, ports: int = 5) -> dict[str, Any]:
     with LocalRuntime(TEMPLATE, parameters=parameters) as runtime:
         world = build_large_world(runtime, groups=groups, ports=ports)
         before = group_rules(world)
-        timeout = next(f.timeout_seconds for f in runtime.functions if f.logical_id == "RollBackFunction")
+        timeout = next(
+            f.timeout_seconds for f in runtime.functions if f.logical_id == ROLLBACK_FUNCTION
+        )
         started = time.monotonic()
         deny = deny_authorize_in(sorted(world.node_groups)[-1])
         try:

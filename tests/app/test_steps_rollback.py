@@ -96,7 +96,7 @@ def test_an_item_that_fails_midway_records_what_it_did_and_its_retry_finishes(
         patched.setattr(world.rules, "hand_back", throttled)
         with pytest.raises(Throttled):
             world.roll_back_batch(checked, 0)
-    with pytest.raises(RollbackIncomplete, match="rolled back 2 rule.*batch 0: Throttled"):
+    with pytest.raises(RollbackIncomplete, match=r"rolled back 2 rule.*batch 0: Throttled"):
         steps_report(world, checked)
 
     world.roll_back_batch(checked, 0)  # Step Functions' Retry
