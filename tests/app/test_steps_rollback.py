@@ -178,3 +178,19 @@ def test_a_rollback_never_touches_rules_another_execution_added(world: World) ->
 
     ids = {r.rule_id for r in world.rules.rules(G1)}
     assert {other.rule_id, foreign.rule_id} <= ids  # another execution's, another stack's
+
+
+def test_an_unexpected_error_is_recorded_as_not_rolled_back(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked, _ = authorized(world)
+
+    def broken(*_: Any) -> list[Any]:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(world.rules, "tagged", broken)
+    with pytest.raises(KeyError):
+        world.roll_back_batch(checked, 0)
+
+    with pytest.raises(RollbackIncomplete, match="batch 0: KeyError: 'a bug'"):
+        steps_report(world, checked)

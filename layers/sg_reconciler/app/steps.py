@@ -610,7 +610,7 @@ def roll_back_batch(
     revoked: list[str] = []
     handed_back: list[str] = []
     lost: list[str] = []
-    failure = ""
+    failure = "the step stopped before its end"  # unless it ends, or says why it did not
     try:
         held = []
         for group_id in groups:
@@ -634,7 +634,8 @@ def roll_back_batch(
                 f"{'it' if len(lost) == 1 else 'them'} now; the new rules stay there (a safe "
                 "superset)"
             )
-    except ReconcilerError as err:
+        failure = ""
+    except Exception as err:
         failure = f"{type(err).__name__}: {err}"
         raise
     finally:
