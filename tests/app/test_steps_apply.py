@@ -30,6 +30,7 @@ from sg_reconciler.core.rules import (
 )
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import (
+    AccessDenied,
     AuthorizeFailed,
     GroupNotFound,
     InvalidPlan,
@@ -642,3 +643,24 @@ def test_a_batch_whose_check_failed_is_reported_as_not_checked(world: World) -> 
 
     assert "1 of 3 batch(es) of groups could not be checked (batch 2)" in report["cause"]
     assert report["leftovers"] == 30
+
+
+def test_a_failed_batch_notes_its_error_in_the_plan_store_and_the_map_keeps_its_name_only(
+    world: World,
+) -> None:
+    # Given an authorize batch denied (the Map's Catch keeps only the error's name: its
+    # Cause carries the Lambda's stack, kilobytes per failed batch)
+    stale_and_new(world)
+    checked = prepared(world)
+    world.rules.fail("authorize", AccessDenied("UnauthorizedOperation: no"))
+    with pytest.raises(AccessDenied):
+        world.apply("authorize", 0, checked)
+    noted = [{"batch": 0, "failed": True, "error": {"Error": "AccessDenied"}}]
+
+    # Then the verify step names the batch's group and message, read from the plan store
+    with pytest.raises(AuthorizeFailed, match=r"^AccessDenied: sg-0\d: UnauthorizedOperation: no$"):
+        world.verify("visible", checked, noted)
+    # and a batch that could note nothing (a timeout) is named by its error
+    timed_out = [{"batch": 7, "failed": True, "error": {"Error": "States.Timeout"}}]
+    with pytest.raises(AuthorizeFailed, match=r"^States.Timeout$"):
+        world.verify("visible", checked, timed_out)

@@ -1,5 +1,6 @@
-"""A large change denied in its last batch rolls back completely, on the real ASL (issue 20,
-item 1; invariants 4 and 13).
+"""A large change denied in its last batch rolls back completely, and one whose revokes are
+denied reports its leftovers in counts, on the real ASL (issue 20, item 1; invariants 4 and
+13).
 
 Before, "Roll back the rules this execution added" handled every group in one invocation of
 a 120 s function and kept every rule id it revoked in the execution state: at 300 groups 93 s
@@ -18,7 +19,7 @@ from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler_tools.demo.large_world import build_large_world, deny_authorize_in, group_rules
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, run_planner
 from sg_reconciler_tools.demo.world import scheduled_event
-from sg_reconciler_tools.local import LocalRuntime
+from sg_reconciler_tools.local import Fault, FaultInjector, LocalRuntime
 from sg_reconciler_tools.local.model_time import InvocationClock, makespan
 
 TIMEOUT = 900
@@ -81,3 +82,44 @@ def test_a_large_change_denied_in_its_last_batch_is_rolled_back_with_a_flat_stat
     writes = sum(i.calls["RevokeSecurityGroupIngress"] for i in items)
     assert writes == 299
     assert makespan([i.seconds for i in items], concurrency) < 2 * writes / WRITES_PER_SECOND
+
+
+def test_a_large_change_whose_revokes_are_denied_reports_its_leftovers_in_counts() -> None:
+    quiet_handlers()
+    with LocalRuntime(TEMPLATE) as runtime:
+        # Given 60 node groups reconciled, then a NodePort Service deleted (one stale rule in
+        # every group) while every revoke is denied
+        world = build_large_world(runtime, groups=60)
+        first = run_planner(world, scheduled_event())
+        assert first is not None
+        assert runtime.wait_for(first, TIMEOUT)["status"] == "SUCCEEDED"
+        elbv2 = runtime.clients.elbv2
+        (listener,) = [
+            item
+            for item in elbv2.describe_listeners(LoadBalancerArn=world.load_balancer_arn)[
+                "Listeners"
+            ]
+            if item["Port"] == 8000
+        ]
+        elbv2.delete_listener(ListenerArn=listener["ListenerArn"])
+        target_group = listener["DefaultActions"][0]["TargetGroupArn"]
+        elbv2.delete_target_group(TargetGroupArn=target_group)
+        denied = Fault("ec2", "RevokeSecurityGroupIngress", "UnauthorizedOperation", count=10_000)
+        with FaultInjector(denied):
+            execution = run_planner(world, scheduled_event())
+            assert execution is not None
+            described = runtime.wait_for(execution, TIMEOUT)
+        # Then it stops with its stale rules left, checked in three batches of 20 groups, and
+        # its cause counts them all and names ten (before: every id, in the state and cause)
+        assert described["error"] == "RevokeIncomplete", described.get("cause")
+        cause = described["cause"]
+        assert "every desired rule of the changed groups is in place" in cause
+        assert "60 stale rule(s) left" in cause and ", ... and 50 more;" in cause
+        checks = [
+            name
+            for name, kind in runtime.history(execution)
+            if kind == "TaskStateEntered" and name == "Check a batch of groups for leftovers"
+        ]
+        assert len(checks) == 3
+        size, state = runtime.largest_state(execution)
+        assert size < 4 * 1024, (size, state)

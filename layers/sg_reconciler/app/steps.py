@@ -9,6 +9,7 @@ name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -328,7 +329,10 @@ def apply_steps(
     lease_seconds: int,
 ) -> dict[str, Any]:
     """One batch of groups, each group's calls in order. Each call is idempotent, so a retry
-    re-runs the batch safely; an error names the group it stopped at."""
+    re-runs the batch safely; an error names the group it stopped at. The error's text also
+    goes to the plan store (part `<phase>-failed#<batch>`): the Map keeps only the error's
+    name of a failed batch, as its Cause (with the stack) would make the state grow with the
+    failures (invariant 13), and the verify step reads the text back for the cause."""
     request = parse(ApplyInput, event)
     if rules.pacer is not None:
         rules.pacer.fit(request.batch, request.batches)
@@ -339,8 +343,34 @@ def apply_steps(
         try:
             calls += len(_apply_group(item, request, rules, locks, lease_seconds))
         except ReconcilerError as err:
-            raise type(err)(f"{item.group_id}: {err}") from None
+            failed = type(err)(f"{item.group_id}: {err}")
+            note = {"batch": request.batch, "error": f"{type(err).__name__}: {failed}"}
+            with contextlib.suppress(Exception):  # the error itself matters more
+                store.put_batch(request.plan_id, _failed(request.phase), request.batch, [note])
+            raise failed from None
     return ApplyOutput(groups=len(items), calls=calls).model_dump()
+
+
+def _failed(phase: str) -> str:
+    return f"{phase}-failed"
+
+
+def _failure_texts(
+    store: PlanStorage, plan_id: str, phase: str, failed: list[dict[str, Any]]
+) -> str:
+    """The first failed batches' errors, as the apply step noted them (or, for an error it
+    could not note, a timeout, the name the Map kept), and how many more failed."""
+    texts = []
+    for result in failed[:MAX_FAILURES]:
+        text = failure_text(result.get("error"))
+        try:
+            noted = store.batch(plan_id, _failed(phase), int(result.get("batch", -1)))
+            text = str(noted[0]["error"])
+        except (InvalidPlan, IndexError, KeyError, TypeError, ValueError):
+            pass
+        texts.append(text)
+    more = len(failed) - MAX_FAILURES
+    return "; ".join(texts) + (f"; ... and {more} more batch(es)" if more > 0 else "")
 
 
 def _apply_group(
@@ -441,13 +471,10 @@ def verify(event: object, store: PlanStorage, rules: RuleStore) -> dict[str, Any
         return report_leftovers(request, store)
     phases, _ = stored_phases(store, request.plan_id)
     failed = [r for r in request.results if r.get("failed")]
-    if failed:
-        kind = AuthorizeFailed if request.mode == "visible" else RevokeFailed
-        more = len(failed) - MAX_FAILURES  # the cause stays small however many failed
-        raise kind(
-            "; ".join(failure_text(r.get("error")) for r in failed[:MAX_FAILURES])
-            + (f"; ... and {more} more batch(es)" if more > 0 else "")
-        )
+    if failed:  # the cause stays small however many failed
+        if request.mode == "visible":
+            raise AuthorizeFailed(_failure_texts(store, request.plan_id, "authorize", failed))
+        raise RevokeFailed(_failure_texts(store, request.plan_id, "revoke", failed))
     changed = phases.authorize if request.mode == "visible" else phases.authorize + phases.revoke
     groups = {g for g, _ in changed} | {s.group_id for s in phases.ordered}
     now = rules.describe(sorted(groups)) if groups else []
