@@ -18,6 +18,7 @@ from benchmarks import (
     bench_desired,
     bench_planner,
     bench_reads,
+    bench_rollback,
     bench_scale,
     bench_workflow,
 )
@@ -312,6 +313,32 @@ def scale_rows(f: dict[str, Any]) -> list[Row]:
     return rows
 
 
+# Measured with `python -m benchmarks.bench_rollback --groups 2000` on 299f3b1, the commit before
+# the rollback became a Map (issue 20, item 1): one invocation for every group.
+ROLLBACK_BEFORE = (
+    "before (299f3b1, one invocation): 622.7 s in one invocation of a 120 s function (on AWS it "
+    "times out: 'Stopped during rollback'), largest state 250190 bytes (Roll back the rules "
+    "this execution added; 256 KiB is 262144)"
+)
+
+
+def rollback_rows(f: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            f"A {f['groups']}-group change ({f['rules']} new rules) denied in its last batch, "
+            "rolled back on the local runtime (real ASL; model time: EC2 calls 0.15 s, DynamoDB "
+            "0.01 s, WritesPerSecond 5, three items at once)",
+            f"python -m benchmarks.bench_rollback --groups {f['groups']}",
+            f"{f['status']} {f['error']} ('{f['final_state']}'), groups as before: "
+            f"{f['groups_as_before']}; rollback {f['rollback_model_seconds']} s in "
+            f"{f['rollback_invocations']} invocations, the longest "
+            f"{f['longest_rollback_invocation_seconds']} s of its {f['rollback_function_timeout']} s;"
+            f" largest state {f['largest_state_bytes']} bytes ({f['largest_state']})",
+            ROLLBACK_BEFORE,
+        )
+    ]
+
+
 def reads_rows(runs: list[dict[str, Any]]) -> list[Row]:
     def calls(f: dict[str, Any]) -> str:
         health = f["by_operation"]["elbv2 DescribeTargetHealth"]
@@ -344,6 +371,8 @@ def main() -> None:
         flush=True,
     )
     scale = bench_scale.run_benchmark()
+    print("a 2,000-group change denied in its last batch, rolled back...", flush=True)
+    rollback = bench_rollback.denied_in_the_last_batch(2000)
     print("event-scoped reads on moto (100 and 500 load balancers)...", flush=True)
     reads = [bench_reads.event_calls(n) for n in (100, 500)]
     print("cold-start benchmark (each handler as deployed, before and after)...", flush=True)
@@ -354,6 +383,7 @@ def main() -> None:
         + workflow_rows(workflow)
         + cold_start_rows(cold)
         + scale_rows(scale)
+        + rollback_rows(rollback)
         + reads_rows(reads)
     )
     lines = [

@@ -338,12 +338,18 @@ class FakePlans:
 
     def batch(self, plan: str, phase: str, index: int) -> Batch:
         bodies = self.parts.get((plan, phase), [])
-        if not 0 <= index < len(bodies):
+        if not 0 <= index < len(bodies) or not bodies[index]:
             raise InvalidPlan(f"the plan store has no batch {phase} #{index} of {plan}")
         return list(json.loads(bodies[index]))
 
+    def put_batch(self, plan: str, phase: str, index: int, batch: Batch) -> None:
+        bodies = self.parts.setdefault((plan, phase), [])
+        bodies.extend([""] * (index + 1 - len(bodies)))  # parts not written yet are empty
+        bodies[index] = json.dumps(list(batch))
+
     def phase(self, plan: str, phase: str) -> Batch:
-        return [item for body in self.parts.get((plan, phase), []) for item in json.loads(body)]
+        bodies = self.parts.get((plan, phase), [])
+        return [item for body in bodies if body for item in json.loads(body)]
 
 
 class FakeStarter:

@@ -1,4 +1,4 @@
-"""Step 'Roll back the rules this execution added'."""
+"""Steps 'Roll back the rules of a batch of groups' (a Map item) and 'Sum up the rollback'."""
 
 from typing import Any
 

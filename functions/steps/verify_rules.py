@@ -1,4 +1,6 @@
-"""Steps 'Verify the new rules are visible', 'Verify the final state', 'Report the leftover rules'."""
+"""Steps 'Verify the new rules are visible', 'Verify the final state', and the leftover
+report: 'List the groups to check for leftovers', 'Check a batch of groups for leftovers'
+(a Map item), 'Report the leftover rules'."""
 
 from typing import Any
 

@@ -82,6 +82,11 @@ class RevokeFailed(ReconcilerError):
     """A group's revoke calls failed (after their retries): the execution stops in a safe superset."""
 
 
+class RollbackIncomplete(ReconcilerError):
+    """Some batch of groups was not rolled back (a lost lock, a failed call): the new rules
+    stay there, a safe superset, and the cause says which batches and why."""
+
+
 class ReadsOutOfTime(ReconcilerError):
     """The paced reads could not finish before the function's deadline (too many for the
     pace, or throttled by others for too long): not retried, as the same read takes as long

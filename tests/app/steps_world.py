@@ -94,16 +94,46 @@ class World:
             event["results"] = results
         if error is not None:
             event["error"] = error
+        if mode == "leftovers":  # list the groups, check each batch, then the report
+            plan_id = checked["plan_id"]
+            listed = {"mode": "leftover_batches", "plan_id": plan_id}
+            batches = steps.verify(listed, self.plans, self.rules)["batches"]
+            for batch in batches:
+                item = {"mode": "leftover_batch", "batch": batch, "plan_id": plan_id}
+                steps.verify(item, self.plans, self.rules)
+            event["batches"] = len(batches)
         return steps.verify(event, self.plans, self.rules)
 
     def roll_back(self, checked: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
-        event = self.groups(
-            checked,
-            plan_id=checked["plan_id"],
-            owner=self.owner,
-            holder=self.execution,
-            error=error,
-        )
+        """The rollback Map (one item per authorize batch; a failed item is noted, as its
+        Catch does), then 'Sum up the rollback'."""
+        batches = self.authorize_batches(checked)
+        for batch in range(batches):
+            try:
+                self.roll_back_batch(checked, batch, batches)
+            except Exception:  # the item's Catch: its record in the plan store says why
+                continue
+        event = {
+            "mode": "report",
+            "plan_id": checked["plan_id"],
+            "batches": batches,
+            "error": error,
+        }
+        return steps.roll_back(event, self.plans, self.rules, self.locks, LEASE)
+
+    def authorize_batches(self, checked: dict[str, Any]) -> int:
+        return len(self.plans.parts.get((checked["plan_id"], "authorize"), []))
+
+    def roll_back_batch(
+        self, checked: dict[str, Any], batch: int, batches: int = 1
+    ) -> dict[str, Any]:
+        event = {
+            "batch": batch,
+            "batches": batches,
+            "plan_id": checked["plan_id"],
+            "owner": self.owner,
+            "holder": self.execution,
+        }
         return steps.roll_back(event, self.plans, self.rules, self.locks, LEASE)
 
     # The state machine's happy path ------------------------------------------------------

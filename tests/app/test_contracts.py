@@ -24,6 +24,10 @@ from sg_reconciler.app.contracts import (
     ApplyOutput,
     CheckOutput,
     CheckRequest,
+    LeftoverBatchesOutput,
+    LeftoverCheckInput,
+    LeftoverItemOutput,
+    LeftoverListInput,
     LeftoversOutput,
     LockInput,
     LocksOutput,
@@ -32,7 +36,9 @@ from sg_reconciler.app.contracts import (
     ReleaseOutput,
     RevokesOutput,
     RollbackInput,
+    RollbackItemOutput,
     RollbackOutput,
+    RollbackReportInput,
     VerifyInput,
     VerifyOutput,
 )
@@ -50,8 +56,11 @@ STEPS: dict[tuple[str, str | None], tuple[type[BaseModel], type[BaseModel]]] = {
     ("ApplyStepsFunctionArn", None): (ApplyInput, ApplyOutput),
     ("VerifyRulesFunctionArn", "visible"): (VerifyInput, VerifyOutput),
     ("VerifyRulesFunctionArn", "final"): (VerifyInput, VerifyOutput),
+    ("VerifyRulesFunctionArn", "leftover_batches"): (LeftoverListInput, LeftoverBatchesOutput),
+    ("VerifyRulesFunctionArn", None): (LeftoverCheckInput, LeftoverItemOutput),
     ("VerifyRulesFunctionArn", "leftovers"): (VerifyInput, LeftoversOutput),
-    ("RollBackFunctionArn", None): (RollbackInput, RollbackOutput),
+    ("RollBackFunctionArn", None): (RollbackInput, RollbackItemOutput),
+    ("RollBackFunctionArn", "report"): (RollbackReportInput, RollbackOutput),
     ("ReleaseLocksFunctionArn", None): (LockInput, ReleaseOutput),
 }
 HANDLER_KEYS = {"mode"}  # read by the handler to pick the step, not by the step's model

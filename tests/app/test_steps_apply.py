@@ -30,6 +30,7 @@ from sg_reconciler.core.rules import (
 )
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import (
+    AccessDenied,
     AuthorizeFailed,
     GroupNotFound,
     InvalidPlan,
@@ -491,7 +492,7 @@ def test_leftovers_name_the_stale_rules_left_and_the_traffic_lacking(world: Worl
 
     report = world.verify("leftovers", checked, error=caught("RevokeFailed", "denied"))
 
-    assert report["leftover_rule_ids"] == [old]
+    assert report["leftover_rule_ids"] == [old] and report["leftovers"] == 1
     assert report["lacking"] == [f"{G1}: {G1} tcp 86-90 from 10.0.0.0-10.0.255.255"]
     assert report["cause"].startswith("stopped after RevokeFailed: denied; desired traffic not")
     assert report["cause"].endswith(f"1 stale rule(s) left {old}; the next run takes over")
@@ -596,3 +597,70 @@ def test_a_refresh_that_fell_back_to_the_full_read_has_its_revokes_re_planned(
     assert [narrow for _, narrow in asked] == [EVENT, None]  # tried, then re-planned after
     assert work["summary"]["rules_modified"] == 1
     assert revokes["revoke"] == [0]
+
+
+def many_stale(world: World, groups: int) -> tuple[dict[str, Any], list[str]]:
+    """`groups` groups, each with an owned rule the plan replaces (authorized, not revoked)."""
+    ids = []
+    for index in range(groups):
+        group_id = f"sg-{index:04d}"
+        world.rules.add_group(group_id)
+        ids.append(world.rules.put(rule(group_id, 80), owner=world.owner).rule_id or "")
+        world.desired.append(rule(group_id, 81))
+    checked = prepared(world)
+    for batch in range(len(world.plans.parts[(checked["plan_id"], "authorize")])):
+        world.apply("authorize", batch, checked)
+    world.replan_revokes(checked)
+    return checked, sorted(ids)
+
+
+def test_leftovers_at_scale_are_checked_in_batches_and_reported_in_counts(world: World) -> None:
+    # Given 45 groups whose stale rules were all left (the revoke phase was denied)
+    checked, stale = many_stale(world, 45)
+
+    report = world.verify("leftovers", checked, error=caught("RevokeFailed", "denied"))
+
+    # Then three batches were checked and the report counts every leftover, naming ten
+    assert len(world.plans.phase(checked["plan_id"], "leftovers-found")) == 3
+    assert report["leftovers"] == 45 and report["leftover_rule_ids"] == stale[:10]
+    assert report["cause"].endswith(
+        f"45 stale rule(s) left {', '.join(stale[:10])}, ... and 35 more; the next run takes over"
+    )
+
+
+def test_a_batch_whose_check_failed_is_reported_as_not_checked(world: World) -> None:
+    checked, _ = many_stale(world, 45)
+    plan_id = checked["plan_id"]
+    listed = steps.verify(
+        {"mode": "leftover_batches", "plan_id": plan_id}, world.plans, world.rules
+    )
+    for batch in listed["batches"][:-1]:  # the last item's check failed: no record
+        event = {"mode": "leftover_batch", "batch": batch, "plan_id": plan_id}
+        steps.verify(event, world.plans, world.rules)
+
+    event = {"mode": "leftovers", "plan_id": plan_id, "batches": 3, "error": None}
+    report = steps.verify(event, world.plans, world.rules)
+
+    assert "1 of 3 batch(es) of groups could not be checked (batch 2)" in report["cause"]
+    assert report["leftovers"] == 30
+
+
+def test_a_failed_batch_notes_its_error_in_the_plan_store_and_the_map_keeps_its_name_only(
+    world: World,
+) -> None:
+    # Given an authorize batch denied (the Map's Catch keeps only the error's name: its
+    # Cause carries the Lambda's stack, kilobytes per failed batch)
+    stale_and_new(world)
+    checked = prepared(world)
+    world.rules.fail("authorize", AccessDenied("UnauthorizedOperation: no"))
+    with pytest.raises(AccessDenied):
+        world.apply("authorize", 0, checked)
+    noted = [{"batch": 0, "failed": True, "error": {"Error": "AccessDenied"}}]
+
+    # Then the verify step names the batch's group and message, read from the plan store
+    with pytest.raises(AuthorizeFailed, match=r"^AccessDenied: sg-0\d: UnauthorizedOperation: no$"):
+        world.verify("visible", checked, noted)
+    # and a batch that could note nothing (a timeout) is named by its error
+    timed_out = [{"batch": 7, "failed": True, "error": {"Error": "States.Timeout"}}]
+    with pytest.raises(AuthorizeFailed, match=r"^States.Timeout$"):
+        world.verify("visible", checked, timed_out)

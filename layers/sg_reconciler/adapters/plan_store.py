@@ -61,6 +61,11 @@ class PlanStore:
             raise InvalidPlan(f"the plan store has no batch {phase} #{index} of {plan}")
         return list(_body(item))
 
+    def put_batch(self, plan: str, phase: str, index: int, batch: Batch) -> None:
+        """Write (or replace) one batch: one PutItem, so Map items write their own parts."""
+        with typed_aws_errors():
+            self.dynamodb.put_item(TableName=self.table, Item=self._item(plan, phase, index, batch))
+
     def phase(self, plan: str, phase: str) -> Batch:
         """Every item of a phase, in batch order."""
         return [entry for part in self._parts(plan, phase) for entry in part]
@@ -68,21 +73,19 @@ class PlanStore:
     # Items -----------------------------------------------------------------------------
 
     def _put_parts(self, plan: str, prefix: str, parts: Sequence[Sequence[Any]]) -> None:
-        expires = str(int(self.clock()) + KEEP_SECONDS)
         requests = [
-            {
-                "PutRequest": {
-                    "Item": {
-                        "plan": {"S": plan},
-                        "part": {"S": _part(prefix, index)},
-                        "body": {"S": json.dumps(list(part), separators=(",", ":"))},
-                        "expires_at": {"N": expires},
-                    }
-                }
-            }
+            {"PutRequest": {"Item": self._item(plan, prefix, index, part)}}
             for index, part in enumerate(parts)
         ]
         self._write(requests)
+
+    def _item(self, plan: str, prefix: str, index: int, part: Sequence[Any]) -> dict[str, Any]:
+        return {
+            "plan": {"S": plan},
+            "part": {"S": _part(prefix, index)},
+            "body": {"S": json.dumps(list(part), separators=(",", ":"))},
+            "expires_at": {"N": str(int(self.clock()) + KEEP_SECONDS)},
+        }
 
     def _delete_parts(self, plan: str, prefix: str) -> None:
         keys = [

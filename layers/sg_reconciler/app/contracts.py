@@ -101,12 +101,42 @@ class VerifyInput(Input):
     plan_id: str
     results: list[dict[str, Any]] = Field(default_factory=list)  # the Map's, failures noted
     error: dict[str, Any] | None = None
+    batches: int = Field(0, ge=0)  # leftovers: how many batches were checked
 
 
-class RollbackInput(GroupsInput):
+class LeftoverListInput(Input):
+    """'List the groups to check for leftovers'."""
+
+    mode: Literal["leftover_batches"]
+    plan_id: str
+
+
+class LeftoverCheckInput(Input):
+    """One Map item of 'Check the groups for leftovers': batch `batch` of that list."""
+
+    mode: Literal["leftover_batch"]
+    batch: int = Field(ge=0)
+    plan_id: str
+
+
+class RollbackInput(Input):
+    """One Map item of the rollback: the groups of batch `batch` of the authorize phase (only
+    that phase adds rules before a rollback), paced as the apply Maps are."""
+
+    batch: int = Field(ge=0)
+    batches: int = Field(1, ge=1)  # how many items share the rate
     plan_id: str
     owner: str = Field(min_length=1)
     holder: str = Field(min_length=1)
+
+
+class RollbackReportInput(Input):
+    """'Sum up the rollback': the items' records in the plan store, and the error that
+    started the rollback (for the cause)."""
+
+    mode: Literal["report"]
+    plan_id: str
+    batches: int = Field(ge=0)
     error: dict[str, Any] | None = None
 
 
@@ -224,20 +254,64 @@ class VerifyOutput(Output):
     checked_rules: int
 
 
-class LeftoversOutput(Output):
-    """'Report the leftover rules' -> `$.outcome.report` (its `cause` ends the execution)."""
+class LeftoverBatchesOutput(Output):
+    """'List the groups to check for leftovers' -> `$.leftovers.batches`."""
 
+    batches: list[int]
+
+
+class LeftoverRecord(Output):
+    """What one leftover check found, kept in the plan store (part `leftovers-found#<batch>`):
+    the stale rules still there, and per group the desired traffic not allowed now."""
+
+    batch: int
+    leftover_rule_ids: list[str]
+    lacking: list[str]
+
+
+class LeftoverItemOutput(Output):
+    """A leftover check Map item (its output is dropped: the Map's ResultPath is null)."""
+
+    groups: int
+    leftovers: int
+
+
+class LeftoversOutput(Output):
+    """'Report the leftover rules' -> `$.outcome.report` (its `cause` ends the execution):
+    counts, and the first few rules and groups (the plan store has them all)."""
+
+    leftovers: int
     leftover_rule_ids: list[str]
     lacking: list[str]
     cause: str
 
 
-class RollbackOutput(Output):
-    """'Roll back the rules this execution added' -> `$.outcome.rollback` (its `cause` ends
-    the execution)."""
+class RollbackRecord(Output):
+    """What one rollback item did, kept in the plan store (part `rollback#<batch>`), not in
+    the execution state: the rules it revoked and handed back (merged over its retries), the
+    groups another execution holds now, and its error when it failed."""
 
-    revoked_rule_ids: list[str]
-    handed_back_rule_ids: list[str]
+    batch: int
+    done: bool
+    revoked: list[str]
+    handed_back: list[str]
+    lost: list[str]
+    error: str = ""
+
+
+class RollbackItemOutput(Output):
+    """A rollback Map item (its output is dropped: the Map's ResultPath is null)."""
+
+    groups: int
+    revoked: int
+    handed_back: int
+
+
+class RollbackOutput(Output):
+    """'Sum up the rollback' -> `$.outcome.rollback` (its `cause` ends the execution)."""
+
+    revoked: int
+    handed_back: int
     cause: str
 
 

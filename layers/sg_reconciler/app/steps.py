@@ -9,6 +9,7 @@ name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -26,6 +27,11 @@ from sg_reconciler.app.contracts import (
     GroupsInput,
     Input,
     JanitorOutput,
+    LeftoverBatchesOutput,
+    LeftoverCheckInput,
+    LeftoverItemOutput,
+    LeftoverListInput,
+    LeftoverRecord,
     LeftoversOutput,
     LockInput,
     LocksOutput,
@@ -35,7 +41,10 @@ from sg_reconciler.app.contracts import (
     ReleaseOutput,
     RevokesOutput,
     RollbackInput,
+    RollbackItemOutput,
     RollbackOutput,
+    RollbackRecord,
+    RollbackReportInput,
     StatusChangeEvent,
     Summary,
     VerifyInput,
@@ -50,7 +59,7 @@ from sg_reconciler.core.phases import (
     Phases,
     applied_problems,
     batch_refs,
-    leftover_rule_ids,
+    batched,
     phase_batches,
     split_phases,
 )
@@ -77,6 +86,7 @@ from sg_reconciler.errors import (
     PlanRefused,
     ReconcilerError,
     RevokeFailed,
+    RollbackIncomplete,
     WouldLoseTraffic,
     validation_message,
 )
@@ -319,7 +329,10 @@ def apply_steps(
     lease_seconds: int,
 ) -> dict[str, Any]:
     """One batch of groups, each group's calls in order. Each call is idempotent, so a retry
-    re-runs the batch safely; an error names the group it stopped at."""
+    re-runs the batch safely; an error names the group it stopped at. The error's text also
+    goes to the plan store (part `<phase>-failed#<batch>`): the Map keeps only the error's
+    name of a failed batch, as its Cause (with the stack) would make the state grow with the
+    failures (invariant 13), and the verify step reads the text back for the cause."""
     request = parse(ApplyInput, event)
     if rules.pacer is not None:
         rules.pacer.fit(request.batch, request.batches)
@@ -330,8 +343,34 @@ def apply_steps(
         try:
             calls += len(_apply_group(item, request, rules, locks, lease_seconds))
         except ReconcilerError as err:
-            raise type(err)(f"{item.group_id}: {err}") from None
+            failed = type(err)(f"{item.group_id}: {err}")
+            note = {"batch": request.batch, "error": f"{type(err).__name__}: {failed}"}
+            with contextlib.suppress(Exception):  # the error itself matters more
+                store.put_batch(request.plan_id, _failed(request.phase), request.batch, [note])
+            raise failed from None
     return ApplyOutput(groups=len(items), calls=calls).model_dump()
+
+
+def _failed(phase: str) -> str:
+    return f"{phase}-failed"
+
+
+def _failure_texts(
+    store: PlanStorage, plan_id: str, phase: str, failed: list[dict[str, Any]]
+) -> str:
+    """The first failed batches' errors, as the apply step noted them (or, for an error it
+    could not note, a timeout, the name the Map kept), and how many more failed."""
+    texts = []
+    for result in failed[:MAX_FAILURES]:
+        text = failure_text(result.get("error"))
+        try:
+            noted = store.batch(plan_id, _failed(phase), int(result.get("batch", -1)))
+            text = str(noted[0]["error"])
+        except (InvalidPlan, IndexError, KeyError, TypeError, ValueError):
+            pass
+        texts.append(text)
+    more = len(failed) - MAX_FAILURES
+    return "; ".join(texts) + (f"; ... and {more} more batch(es)" if more > 0 else "")
 
 
 def _apply_group(
@@ -416,59 +455,136 @@ def _guard(
 
 
 def verify(event: object, store: PlanStorage, rules: RuleStore) -> dict[str, Any]:
-    """'Verify ...' and 'Report the leftover rules': compare the stored phases with what
-    describe shows, for the groups the phases change.
+    """'Verify ...': compare the stored phases with what describe shows, for the groups the
+    phases change; and the three states of the leftover report (`mode`).
 
     Each Map iteration catches its own failure (so no sibling is still writing when the next
     state starts) and reports it in `results`; a failed batch is raised here, with its group.
     """
+    mode = event.get("mode") if isinstance(event, dict) else None
+    if mode == "leftover_batches":
+        return list_leftover_batches(event, store)
+    if mode == "leftover_batch":
+        return check_leftover_batch(event, store, rules)
     request = parse(VerifyInput, event)
-    phases, doc = stored_phases(store, request.plan_id)
+    if request.mode == "leftovers":
+        return report_leftovers(request, store)
+    phases, _ = stored_phases(store, request.plan_id)
     failed = [r for r in request.results if r.get("failed")]
-    if failed and request.mode != "leftovers":
-        kind = AuthorizeFailed if request.mode == "visible" else RevokeFailed
-        raise kind("; ".join(failure_text(r.get("error")) for r in failed))
+    if failed:  # the cause stays small however many failed
+        if request.mode == "visible":
+            raise AuthorizeFailed(_failure_texts(store, request.plan_id, "authorize", failed))
+        raise RevokeFailed(_failure_texts(store, request.plan_id, "revoke", failed))
     changed = phases.authorize if request.mode == "visible" else phases.authorize + phases.revoke
     groups = {g for g, _ in changed} | {s.group_id for s in phases.ordered}
     now = rules.describe(sorted(groups)) if groups else []
-    if request.mode == "leftovers":
-        leftovers = leftover_rule_ids(phases, now)
-        lacking = _lacking(doc, now)
-        held = (
-            "every desired rule of the changed groups is in place"
-            if not lacking
-            else "desired traffic not allowed now (checked just now): " + "; ".join(lacking)
-        )
-        cause = (
-            f"stopped after {failure_text(request.error)}; {held}; "
-            f"{len(leftovers)} stale rule(s) left {', '.join(leftovers)}".rstrip()
-            + "; the next run takes over"
-        )
-        return LeftoversOutput(
-            leftover_rule_ids=leftovers, lacking=lacking, cause=cause
-        ).model_dump()
     problems = applied_problems(phases, now, final=request.mode == "final")
     if problems:
         raise NotYetVisible("; ".join(problems[:5]))
     return VerifyOutput(mode=request.mode, checked_rules=len(now)).model_dump()
 
 
-def _lacking(phases_doc: dict[str, Any], now: list[Rule]) -> list[str]:
-    """Per group that revokes or modifies: the desired traffic the live rules do not allow."""
-    wanted: dict[str, list[Rule]] = {}
+LEFTOVERS = "leftovers"  # the plan store's parts: the groups to check, in batches
+LEFTOVERS_FOUND = "leftovers-found"  # ... and what each batch's check found
+MAX_LISTED = 10  # rules or groups a cause lists; the rest are counted
+
+
+def list_leftover_batches(event: object, store: PlanStorage) -> dict[str, Any]:
+    """'List the groups to check for leftovers': the groups whose rules the stopped plan
+    revokes or rewrites (ordered and revoke phases), each with the stale rule ids it revokes
+    and its desired rules, stored in batches of up to 20 groups for the check's Map."""
+    request = parse(LeftoverListInput, event)
+    phases, doc = stored_phases(store, request.plan_id)
+    checks: dict[str, dict[str, Any]] = {}
+
+    def check(group_id: str) -> dict[str, Any]:
+        return checks.setdefault(group_id, {"group_id": group_id, "stale": [], "desired": None})
+
+    for step in phases.steps:
+        if isinstance(step, Revoke):
+            check(step.group_id)["stale"] += list(step.rule_ids)
+        elif not isinstance(step, ADDING):
+            check(step.group_id)
     for name in ("ordered", "revoke"):
-        for item in phases_doc.get(name) or []:
+        for item in doc.get(name) or []:
             if isinstance(item, dict) and isinstance(item.get("desired"), list):
-                try:
-                    rules = [rule_from_dict(doc) for doc in item["desired"]]
-                except RuleError as err:
-                    raise InvalidPlan(f"desired rules of {item.get('group_id')}: {err}") from None
-                wanted[str(item.get("group_id"))] = rules
-    return [
-        f"{group_id}: {missing.describe()}"
-        for group_id, rules in sorted(wanted.items())
-        if (missing := what_is_left([r for r in now if r.group_id == group_id], rules))
+                check(str(item.get("group_id")))["desired"] = item["desired"]
+    batches = batched([checks[g] for g in sorted(checks)])
+    store.put_phase(request.plan_id, LEFTOVERS, batches)
+    return LeftoverBatchesOutput(batches=list(range(len(batches)))).model_dump()
+
+
+def check_leftover_batch(event: object, store: PlanStorage, rules: RuleStore) -> dict[str, Any]:
+    """One item of 'Check the groups for leftovers': describe its groups (one call per 200),
+    note the stale rules still there and the desired traffic not allowed now, and keep that
+    in the plan store, not in the execution state (invariant 13)."""
+    request = parse(LeftoverCheckInput, event)
+    items = [
+        i for i in store.batch(request.plan_id, LEFTOVERS, request.batch) if isinstance(i, dict)
     ]
+    groups = sorted(str(i.get("group_id")) for i in items)
+    now = rules.describe(groups) if groups else []
+    present = {r.rule_id for r in now}
+    leftovers = sorted(str(i) for item in items for i in item.get("stale") or [] if i in present)
+    lacking: list[str] = []
+    for item in sorted(items, key=lambda i: str(i.get("group_id"))):
+        group_id = str(item.get("group_id"))
+        if not isinstance(item.get("desired"), list):
+            continue
+        try:
+            wanted = [rule_from_dict(doc) for doc in item["desired"]]
+        except RuleError as err:
+            raise InvalidPlan(f"desired rules of {group_id}: {err}") from None
+        if missing := what_is_left([r for r in now if r.group_id == group_id], wanted):
+            lacking.append(f"{group_id}: {missing.describe()}")
+    record = LeftoverRecord(batch=request.batch, leftover_rule_ids=leftovers, lacking=lacking)
+    store.put_batch(request.plan_id, LEFTOVERS_FOUND, request.batch, [record.model_dump()])
+    return LeftoverItemOutput(groups=len(groups), leftovers=len(leftovers)).model_dump()
+
+
+def report_leftovers(request: VerifyInput, store: PlanStorage) -> dict[str, Any]:
+    """'Report the leftover rules': the checks' records, in counts and the first few; a
+    batch without a record (its check failed) is named as not checked, never as clean."""
+    found: dict[int, LeftoverRecord] = {}
+    for raw in store.phase(request.plan_id, LEFTOVERS_FOUND):
+        try:
+            record = LeftoverRecord.model_validate(raw)
+        except ValidationError as err:
+            raise InvalidPlan(validation_message(err, root="leftover record")) from None
+        found[record.batch] = record
+    leftovers = [i for b in sorted(found) for i in found[b].leftover_rule_ids]
+    lacking = [g for b in sorted(found) for g in found[b].lacking]
+    unchecked = [b for b in range(request.batches) if b not in found]
+
+    def first(lines: list[str], sep: str) -> str:
+        more = len(lines) - MAX_LISTED
+        return sep.join(lines[:MAX_LISTED]) + (f"{sep}... and {more} more" if more > 0 else "")
+
+    held = (
+        "every desired rule of the changed groups is in place"
+        if not lacking
+        else "desired traffic not allowed now (checked just now): " + first(lacking, "; ")
+    )
+    if unchecked:
+        held += (
+            f"; {len(unchecked)} of {request.batches} batch(es) of groups could not be checked "
+            f"(batch {first([str(b) for b in unchecked], ', ')})"
+        )
+    cause = (
+        f"stopped after {failure_text(request.error)}; {held}; "
+        f"{len(leftovers)} stale rule(s) left {first(leftovers, ', ')}".rstrip()
+        + "; the next run takes over"
+    )
+    return LeftoversOutput(
+        leftovers=len(leftovers),
+        leftover_rule_ids=leftovers[:MAX_LISTED],
+        lacking=lacking[:MAX_LISTED],
+        cause=cause,
+    ).model_dump()
+
+
+ROLLBACK = "rollback"  # the plan store's parts of the rollback items' records
+MAX_FAILURES = 5  # failures a cause names; the rest are counted
 
 
 def roll_back(
@@ -478,44 +594,125 @@ def roll_back(
     locks: LockStore,
     lease_seconds: int,
 ) -> dict[str, Any]:
-    """Compensation: revoke exactly the rules this execution created, found by their tags.
+    """'Roll back the rules this execution added' (one Map item) and 'Sum up the rollback'."""
+    if isinstance(event, dict) and event.get("mode") == "report":
+        return report_rollback(event, store)
+    return roll_back_batch(event, store, rules, locks, lease_seconds)
+
+
+def roll_back_batch(
+    event: object,
+    store: PlanStorage,
+    rules: RuleStore,
+    locks: LockStore,
+    lease_seconds: int,
+) -> dict[str, Any]:
+    """Compensation for one batch of the authorize phase (only it adds rules before a
+    rollback): revoke exactly the rules this execution created in its groups, found by
+    their tags (a write can apply while its caller sees an error), and hand back the rules
+    it adopted, as they were. Paced as the apply Maps are.
 
     Only in groups this execution still holds: where its lease expired and another execution
     took the group, that execution may already rely on the new rules, so they stay (a safe
-    superset) and the rollback reports itself incomplete.
+    superset) and the item fails with LockLost. What the item did goes to the plan store
+    (merged with an earlier attempt's), never to the execution state (invariant 13).
     """
     request = parse(RollbackInput, event)
-    owner = request.owner
-    held, lost = [], []
-    for group_id in _groups(request, store):
-        try:
-            locks.renew(group_id, request.holder, lease_seconds)
-            held.append(group_id)
-        except LockLost:
-            lost.append(group_id)
-    by_group: dict[str, list[str]] = {}
-    for rule in rules.tagged(held, owner, request.plan_id) if held else []:
-        by_group.setdefault(rule.group_id, []).append(rule.rule_id or "")
-    revoked: list[str] = []
-    for group_id, ids in sorted(by_group.items()):
-        try:
-            revoked += rules.revoke(group_id, ids, owner)
-        except GroupNotFound:
-            continue
-    handed_back = rules.hand_back(held, owner, request.plan_id) if held else []
-    if lost:
-        raise LockLost(
-            f"rolled back {len(revoked)} rule(s) but not in {', '.join(lost)}: another execution "
-            f"holds {'it' if len(lost) == 1 else 'them'} now; the new rules stay there (a safe "
-            f"superset) after {failure_text(request.error)}"
+    if rules.pacer is not None:
+        rules.pacer.fit(request.batch, request.batches)
+    try:
+        earlier = RollbackRecord.model_validate(
+            store.batch(request.plan_id, ROLLBACK, request.batch)[0]
         )
-    adopted = (
-        f" and handed back the {len(handed_back)} rule(s) it had adopted" if handed_back else ""
-    )
+    except (InvalidPlan, IndexError, ValidationError):
+        earlier = RollbackRecord(
+            batch=request.batch, done=False, revoked=[], handed_back=[], lost=[]
+        )
+    groups = [
+        str(item.get("group_id"))
+        for item in store.batch(request.plan_id, "authorize", request.batch)
+        if isinstance(item, dict)
+    ]
+    owner = request.owner
+    revoked: list[str] = []
+    handed_back: list[str] = []
+    lost: list[str] = []
+    failure = "the step stopped before its end"  # unless it ends, or says why it did not
+    try:
+        held = []
+        for group_id in groups:
+            try:
+                locks.renew(group_id, request.holder, lease_seconds)
+                held.append(group_id)
+            except LockLost:
+                lost.append(group_id)
+        by_group: dict[str, list[str]] = {}
+        for rule in rules.tagged(held, owner, request.plan_id) if held else []:
+            by_group.setdefault(rule.group_id, []).append(rule.rule_id or "")
+        for group_id, ids in sorted(by_group.items()):
+            try:
+                revoked += rules.revoke(group_id, ids, owner)
+            except GroupNotFound:
+                continue  # the group and its rules are gone
+        handed_back = rules.hand_back(held, owner, request.plan_id) if held else []
+        if lost:
+            raise LockLost(
+                f"not rolled back in {', '.join(lost)}: another execution holds "
+                f"{'it' if len(lost) == 1 else 'them'} now; the new rules stay there (a safe "
+                "superset)"
+            )
+        failure = ""
+    except Exception as err:
+        failure = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        record = RollbackRecord(
+            batch=request.batch,
+            done=not failure,
+            revoked=sorted({*earlier.revoked, *revoked}),
+            handed_back=sorted({*earlier.handed_back, *handed_back}),
+            lost=lost,
+            error=failure,
+        )
+        store.put_batch(request.plan_id, ROLLBACK, request.batch, [record.model_dump()])
+    return RollbackItemOutput(
+        groups=len(groups), revoked=len(revoked), handed_back=len(handed_back)
+    ).model_dump()
+
+
+def report_rollback(event: object, store: PlanStorage) -> dict[str, Any]:
+    """'Sum up the rollback': the items' records, read from the plan store. Complete when
+    every batch recorded a rollback done; otherwise RollbackIncomplete names the first
+    batches that were not (an item that failed without a record, e.g. a timeout, counts),
+    and the groups keep some new rules: a safe superset."""
+    request = parse(RollbackReportInput, event)
+    records: dict[int, RollbackRecord] = {}
+    for raw in store.phase(request.plan_id, ROLLBACK):
+        try:
+            record = RollbackRecord.model_validate(raw)
+        except ValidationError as err:
+            raise InvalidPlan(validation_message(err, root="rollback record")) from None
+        records[record.batch] = record
+    revoked = sum(len(r.revoked) for r in records.values())
+    handed_back = sum(len(r.handed_back) for r in records.values())
+    failures = [
+        f"batch {batch}: "
+        + (records[batch].error if batch in records else "no record (the step did not finish)")
+        for batch in range(request.batches)
+        if batch not in records or not records[batch].done
+    ]
+    adopted = f" and handed back the {handed_back} rule(s) it had adopted" if handed_back else ""
+    if failures:
+        more = len(failures) - MAX_FAILURES
+        raise RollbackIncomplete(
+            f"rolled back {revoked} rule(s){adopted} but not in {len(failures)} of "
+            f"{request.batches} batch(es): "
+            + "; ".join(failures[:MAX_FAILURES])
+            + (f"; ... and {more} more" if more > 0 else "")
+            + f"; after {failure_text(request.error)}"
+        )
     cause = (
-        f"{failure_text(request.error)} before any revoke; revoked the {len(revoked)} rule(s) "
+        f"{failure_text(request.error)} before any revoke; revoked the {revoked} rule(s) "
         f"this execution had added{adopted}, the groups are as before"
     )
-    return RollbackOutput(
-        revoked_rule_ids=sorted(revoked), handed_back_rule_ids=handed_back, cause=cause
-    ).model_dump()
+    return RollbackOutput(revoked=revoked, handed_back=handed_back, cause=cause).model_dump()

@@ -222,9 +222,3 @@ def applied_problems(phases: Phases, rules_now: Sequence[Rule], *, final: bool) 
             if now is None or now.key != step.rule.key or now.description != step.rule.description:
                 problems.append(f"{step.rule_id} in {step.group_id} is not yet {step.rule.key}")
     return problems
-
-
-def leftover_rule_ids(phases: Phases, rules_now: Sequence[Rule]) -> list[str]:
-    """Rules the plan revokes that still exist: the next run removes them."""
-    ids = {r.rule_id for r in rules_now}
-    return sorted(i for s in phases.steps if isinstance(s, Revoke) for i in s.rule_ids if i in ids)

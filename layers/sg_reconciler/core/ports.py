@@ -138,6 +138,10 @@ class PlanStorage(Protocol):
         """One batch of a phase."""
         ...
 
+    def put_batch(self, plan: str, phase: str, index: int, batch: Batch) -> None:
+        """Write (or replace) one batch of a phase: a Map item's own record."""
+        ...
+
     def phase(self, plan: str, phase: str) -> Batch:
         """Every item of a phase, in batch order (none when it has none)."""
         ...

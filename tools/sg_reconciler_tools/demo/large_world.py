@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sg_reconciler_tools.demo.world import CLUSTER_TAG, IMAGE_ID, REGION
-from sg_reconciler_tools.local import LocalRuntime
+from sg_reconciler_tools.local import LocalRuntime, moto_hooks
 
 FIRST_NODE_PORT = 30000
 
@@ -109,3 +109,38 @@ def build_large_world(runtime: LocalRuntime, groups: int, ports: int = 5) -> Lar
         Name=runtime.ref("PolicyParameter"), Value=world.policy, Type="String", Overwrite=True
     )
     return world
+
+
+def group_rules(world: LargeWorld) -> dict[str, list[dict[str, Any]]]:
+    """Every rule of every node group as describe shows it (ingress and egress, ids,
+    descriptions and tags), by group: to compare a world before and after a change."""
+    ec2 = world.runtime.clients.ec2
+    found: dict[str, list[dict[str, Any]]] = {g: [] for g in world.node_groups}
+    for start in range(0, len(world.node_groups), 200):
+        chunk = world.node_groups[start : start + 200]
+        pages = ec2.get_paginator("describe_security_group_rules").paginate(
+            Filters=[{"Name": "group-id", "Values": chunk}]
+        )
+        for page in pages:
+            for rule in page["SecurityGroupRules"]:
+                found[rule["GroupId"]].append(dict(rule))
+    return {g: sorted(rules, key=lambda r: r["SecurityGroupRuleId"]) for g, rules in found.items()}
+
+
+def deny_authorize_in(group_id: str) -> moto_hooks.Patch:
+    """AuthorizeSecurityGroupIngress into `group_id` is denied (as IAM denies it), until
+    undone. The authorize phase's batches are consecutive groups in id order, so the group
+    that sorts last is in the last batch."""
+
+    def deny(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+        if moto_hooks.current_request_params().get("GroupId") == [group_id]:
+            moto_hooks.raise_service_error(
+                service,
+                "UnauthorizedOperation",
+                "You are not authorized to perform this operation.",
+            )
+        return proceed()
+
+    return moto_hooks.intercept_api_call(
+        "ec2", "AuthorizeSecurityGroupIngress", deny, layer=moto_hooks.FAULT_LAYER
+    )

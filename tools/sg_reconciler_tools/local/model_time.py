@@ -1,0 +1,165 @@
+"""Model time per Lambda invocation, for runs whose length on AWS matters (the rollback).
+
+moto answers in microseconds and the local runtime records waits instead of sleeping, so a
+local run says nothing about how long an invocation would take on AWS, nor whether it would
+finish within its function's timeout. `InvocationClock` gives each handler invocation a
+clock of its own: every EC2 call costs `ec2_latency` model seconds, every DynamoDB call
+`dynamodb_latency`, and the steps' write pacer (`sg_reconciler.adapters.pacing`) waits on
+that clock, so its spacing at `WritesPerSecond` counts as it would in Lambda. A Map's items
+run `concurrency` at a time (`makespan`), as Step Functions runs them.
+
+Reads are not paced here (the runtime's default read pace is unpaced): the read pacer's
+buckets are shared by the process's threads, whose clocks differ. Dev tooling only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from sg_reconciler.adapters import pacing
+
+from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
+
+EC2_LATENCY = 0.15  # seconds an EC2 API call takes, answer included (a typical p50)
+DYNAMODB_LATENCY = 0.01
+EC2_CALLS = (
+    "DescribeSecurityGroupRules",
+    "DescribeSecurityGroups",
+    "DescribeInstances",
+    "DescribeNetworkInterfaces",
+    "DescribeManagedPrefixLists",
+    "DescribeSubnets",
+    "DescribeVpcs",
+    "AuthorizeSecurityGroupIngress",
+    "RevokeSecurityGroupIngress",
+    "ModifySecurityGroupRules",
+    "CreateTags",
+    "DeleteTags",
+)
+DYNAMODB_CALLS = ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "BatchWriteItem")
+
+
+@dataclass
+class TimedInvocation:
+    """One handler call: its function, event, model seconds and AWS calls by operation."""
+
+    logical_id: str
+    event: Any
+    seconds: float = 0.0
+    calls: Counter[str] = field(default_factory=Counter)
+
+
+class InvocationClock:
+    """Context manager: a model clock per handler invocation of one runtime (above)."""
+
+    def __init__(
+        self,
+        runtime: LocalRuntime,
+        ec2_latency: float = EC2_LATENCY,
+        dynamodb_latency: float = DYNAMODB_LATENCY,
+    ) -> None:
+        self.runtime = runtime
+        self.latency = {"ec2": ec2_latency, "dynamodb": dynamodb_latency}
+        self.invocations: list[TimedInvocation] = []
+        self._current = threading.local()
+        self._lock = threading.Lock()
+        self._patches: list[moto_hooks.Patch] = []
+
+    def of(self, logical_id: str) -> list[TimedInvocation]:
+        with self._lock:
+            return [i for i in self.invocations if i.logical_id == logical_id]
+
+    # The clock ------------------------------------------------------------------------------
+
+    def _here(self) -> TimedInvocation | None:
+        return getattr(self._current, "invocation", None)
+
+    def now(self) -> float:
+        here = self._here()
+        return here.seconds if here is not None else 0.0
+
+    def sleep(self, seconds: float) -> None:
+        here = self._here()
+        if here is not None and seconds > 0:
+            here.seconds += seconds
+
+    def _started(self, logical_id: str, event: Any) -> None:
+        invocation = TimedInvocation(logical_id, event)
+        self._current.invocation = invocation
+        with self._lock:
+            self.invocations.append(invocation)
+
+    def _call(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+        here = self._here()
+        if here is not None:
+            here.seconds += self.latency[service]
+            here.calls[operation] += 1
+        return proceed()
+
+    # Install and undo -----------------------------------------------------------------------
+
+    def __enter__(self) -> InvocationClock:
+        try:
+            self._patches.append(self.runtime.before_invoke(self._started))
+            self._patches.append(patch_pacer(self.sleep, self.now))
+            self._patches.append(_unpaced_reads())
+            for service, operations in (("ec2", EC2_CALLS), ("dynamodb", DYNAMODB_CALLS)):
+                for operation in operations:
+                    self._patches.append(
+                        moto_hooks.intercept_api_call(
+                            service, operation, self._call, layer=moto_hooks.OBSERVER_LAYER
+                        )
+                    )
+        except BaseException:
+            self._undo()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._undo()
+
+    def _undo(self) -> None:
+        for patch in reversed(self._patches):
+            patch.undo()
+        self._patches = []
+
+
+def makespan(durations: Iterable[float], concurrency: int) -> float:
+    """How long items of these durations take, `concurrency` at a time, each started in
+    order as soon as a slot is free (as a Map with MaxConcurrency runs them)."""
+    slots = [0.0] * max(1, concurrency)
+    for seconds in durations:
+        start = heapq.heappop(slots)
+        heapq.heappush(slots, start + seconds)
+    return max(slots)
+
+
+def longest(invocations: Sequence[TimedInvocation]) -> float:
+    return max((i.seconds for i in invocations), default=0.0)
+
+
+def _unpaced_reads() -> moto_hooks.Patch:
+    """The process's read pacer lets every read go at once (see the module's note)."""
+    saved = pacing.ReadPacer.wait
+
+    def go(self: pacing.ReadPacer, service: str, operation: str) -> None:
+        return None
+
+    pacing.ReadPacer.wait = go  # type: ignore[method-assign]
+
+    def undo() -> None:
+        pacing.ReadPacer.wait = saved  # type: ignore[method-assign]
+
+    return moto_hooks.Patch("sg_reconciler.adapters.pacing.ReadPacer.wait", undo)
