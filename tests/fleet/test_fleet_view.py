@@ -1,24 +1,26 @@
-"""The central view on the real ASL: a member's executions end (one applied, one rolled back
-because AuthorizeSecurityGroupIngress is denied), its reporter sends each outcome to the
-organization's bus, the central recorder keeps them, and `status` lists them.
+"""The central view on the real ASL, in 3 accounts x 2 regions: each member runs its own
+stack on its own world and applies a change; in one of them AuthorizeSecurityGroupIngress is
+denied and the change rolls back. Each member's reporter sends its outcomes to the
+organization's bus, the central recorder keeps them, and `status` lists them: only the
+member that rolled back needs attention.
 
-What moto cannot show, and how it is stood in for: one local runtime runs one account and
-region per process, so the member runs here in one account and the central stack's recorder
-is called with what the bus received (the bus is real: the reporter's PutEvents reach it and
-a rule with the central stack's pattern delivers them to a queue, as EventBridge would to
-the recorder); five more deployments' outcomes go through the same recorder."""
+What moto cannot show, and how it is stood in for: moto has one world per process and no
+cross-account EventBridge delivery, so the members run one after another (each runtime is
+its own account and region: `LocalRuntime(account_id=..., region=...)`), each with a bus of
+the central bus's name in its own account, where a rule with the central stack's pattern
+collects what the reporter put; the central account's recorder then receives all of it."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from moto import mock_aws
 from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import (
     DENIED,
@@ -31,21 +33,27 @@ from sg_reconciler_tools.demo.play import (
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import FaultInjector, LocalRuntime
 from sg_reconciler_tools.local.functions import LambdaContext
+from sg_reconciler_tools.local.runtime import cold_start
 from sg_reconciler_tools.local.stack import read_template
 
 ROOT = Path(__file__).resolve().parents[2]
-ACCOUNT, REGION = "123456789012", "eu-west-1"
+CENTRAL_ACCOUNT, CENTRAL_REGION = "999999999999", "eu-west-1"
 BUS = "sg-reconciler-fleet"
-BUS_ARN = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{BUS}"
+BUS_ARN = f"arn:aws:events:{CENTRAL_REGION}:{CENTRAL_ACCOUNT}:event-bus/{BUS}"
 FLEET_TABLE = "fleet"
+MEMBERS = [
+    (a, r)
+    for a in ("111111111111", "222222222222", "333333333333")
+    for r in ("eu-west-1", "us-east-1")
+]
+DENIED_MEMBER = ("222222222222", "us-east-1")
 
 
 def central_pattern() -> dict[str, Any]:
     """The central stack's rule, as fleet.yaml declares it."""
     fleet = read_template(ROOT / "fleet.yaml")
-    return fleet["Resources"]["FleetRecorderFunction"]["Properties"]["Events"]["Outcomes"][
-        "Properties"
-    ]["Pattern"]
+    function = fleet["Resources"]["FleetRecorderFunction"]["Properties"]
+    return dict(function["Events"]["Outcomes"]["Properties"]["Pattern"])
 
 
 def load_recorder() -> ModuleType:
@@ -58,38 +66,30 @@ def load_recorder() -> ModuleType:
     return module
 
 
-@pytest.fixture
-def member() -> Iterator[DemoWorld]:
-    quiet_handlers()
-    with LocalRuntime(TEMPLATE, parameters={"FleetEventBusArn": BUS_ARN}) as runtime:
-        clients = runtime.clients
-        clients.events.create_event_bus(Name=BUS)
-        queue = clients.sqs.create_queue(QueueName="fleet-recorder")["QueueUrl"]
-        queue_arn = clients.sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
-        clients.events.put_rule(
-            Name="recorder", EventBusName=BUS, EventPattern=json.dumps(central_pattern())
-        )
-        clients.events.put_targets(
-            Rule="recorder", EventBusName=BUS, Targets=[{"Id": "q", "Arn": queue_arn}]
-        )
-        clients.dynamodb.create_table(
-            TableName=FLEET_TABLE,
-            AttributeDefinitions=[{"AttributeName": "deployment", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "deployment", "KeyType": "HASH"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        world = build_world(runtime)
-        world.queue_url_for_fleet = queue  # type: ignore[attr-defined]
-        yield world
+def bus_to_queue(runtime: LocalRuntime) -> str:
+    """A bus named as the central one, in the member's account, whose rule (the central
+    stack's pattern) delivers to a queue the test reads."""
+    clients = runtime.clients
+    clients.events.create_event_bus(Name=BUS)
+    queue = clients.sqs.create_queue(QueueName="fleet-recorder")["QueueUrl"]
+    attributes = clients.sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])
+    clients.events.put_rule(
+        Name="recorder", EventBusName=BUS, EventPattern=json.dumps(central_pattern())
+    )
+    clients.events.put_targets(
+        Rule="recorder",
+        EventBusName=BUS,
+        Targets=[{"Id": "q", "Arn": attributes["Attributes"]["QueueArn"]}],
+    )
+    return str(queue)
 
 
-def received(world: DemoWorld, expected: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+def received(
+    runtime: LocalRuntime, queue: str, expected: int, timeout: float = 30.0
+) -> list[dict[str, Any]]:
     """What the bus delivered, waiting for `expected` events: an execution's status change
     reaches its rules' functions in its worker thread, after the status is set."""
-    sqs = world.runtime.clients.sqs
-    queue = world.queue_url_for_fleet  # type: ignore[attr-defined]
+    sqs = runtime.clients.sqs
     events: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     while len(events) < expected and time.monotonic() < deadline:
@@ -102,61 +102,96 @@ def received(world: DemoWorld, expected: int, timeout: float = 30.0) -> list[dic
     return events
 
 
-def record(events: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def run_member(
+    account: str, region: str, capsys: pytest.CaptureFixture[str]
+) -> list[dict[str, Any]]:
+    """One deployment: its stack, its world, a drift-repair run, then a new Service (denied
+    in DENIED_MEMBER); returns what it put on the bus."""
+    with LocalRuntime(
+        TEMPLATE, parameters={"FleetEventBusArn": BUS_ARN}, account_id=account, region=region
+    ) as runtime:
+        queue = bus_to_queue(runtime)
+        world: DemoWorld = build_world(runtime)
+        repaired = reconcile(world)
+        assert repaired and repaired["status"] == "SUCCEEDED"
+        assert repaired["executionArn"].split(":")[3:5] == [region, account]
+        denied = (account, region) == DENIED_MEMBER
+        with FaultInjector(*([DENIED] if denied else [])):
+            execution = run_planner(world, deliver_events(world, world.add_service(32500)))
+            assert execution
+            ended = runtime.wait_for(execution, 60)
+        assert (ended["status"], ended.get("error")) == (
+            ("FAILED", "RolledBack") if denied else ("SUCCEEDED", None)
+        )
+        events = received(runtime, queue, 2)
+        assert main(["status", "--stack", runtime.stack_name, "--region", region]) == (
+            3 if denied else 0
+        )
+        shown = capsys.readouterr().out
+        assert f"{account} {region}" in shown and "applied, drift repaired" in shown
+        return events
+
+
+def record(events: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEET_TABLE_NAME", FLEET_TABLE)
     recorder = load_recorder()
-    context = LambdaContext("fleet-recorder", "arn:aws:lambda:eu-west-1:1:function:r", 256, 30)
-    return [recorder.handler(event, context) for event in events]
-
-
-def test_each_outcome_reaches_the_fleet_table_and_status_names_the_one_to_look_at(
-    member: DemoWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    applied = reconcile(member)  # the schedule finds the world unreconciled: drift
-    assert applied and applied["status"] == "SUCCEEDED"
-    with FaultInjector(DENIED):
-        execution = run_planner(member, deliver_events(member, member.add_service(32500)))
-        assert execution
-        denied = member.runtime.wait_for(execution, 60)
-    assert denied["status"] == "FAILED" and denied["error"] == "RolledBack"
-
-    events = received(member, 2)
-    assert [e["detail"]["status"] for e in events] == ["SUCCEEDED", "FAILED"]
-    assert events[0]["detail"]["scheduled"] and not events[1]["detail"]["scheduled"]
-    assert events[1]["detail"]["error"] == "RolledBack" and events[1]["detail"]["cause"]
-    results = record(events, monkeypatch)
-    assert results[-1]["attention"] == [
-        f"last execution {denied['name']}: rolled back to the old rules"
-    ]
-
-    # Five more deployments (3 accounts x 2 regions in all) report through the same recorder.
-    others = [
-        (a, r) for a in ("111111111111", "222222222222", ACCOUNT) for r in (REGION, "us-east-1")
-    ]
-    more = [
-        {
-            "source": "sg-reconciler",
-            "detail-type": "SG Reconciler Execution Outcome",
-            "detail": {**events[0]["detail"], "account": a, "region": r},
-        }
-        for a, r in others
-        if (a, r) != (ACCOUNT, REGION)
-    ]
-    record(more, monkeypatch)
-
-    assert (
-        main(["status", "--fleet-table", FLEET_TABLE, "--region", REGION, "--output", "json"]) == 3
+    context = LambdaContext(
+        "fleet-recorder", f"arn:aws:lambda:{CENTRAL_REGION}:{CENTRAL_ACCOUNT}:function:r", 256, 30
     )
-    fleet = json.loads(capsys.readouterr().out)
-    assert len(fleet) == 6
-    needing = [(d["account"], d["region"]) for d in fleet if d["attention"]]
-    assert needing == [(ACCOUNT, REGION)]  # no other account noticed the rollback
-    assert all(d["last_drift"] for d in fleet)
+    for event in events:
+        recorder.handler(event, context)
 
-    assert main(["status", "--stack", member.runtime.stack_name, "--region", REGION]) == 3
-    shown = capsys.readouterr().out
-    assert "rolled back to the old rules" in shown and "applied, drift repaired" in shown
-    assert f"last execution {denied['name']}" in shown
+
+def test_every_members_outcomes_reach_the_fleet_and_only_the_rolled_back_one_needs_attention(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quiet_handlers()
+    sent: list[dict[str, Any]] = []
+    for account, region in MEMBERS:
+        events = run_member(account, region, capsys)
+        details = [e["detail"] for e in events]
+        assert [(d["account"], d["region"]) for d in details] == [(account, region)] * 2
+        assert [d["scheduled"] for d in details] == [True, False]
+        if (account, region) == DENIED_MEMBER:
+            assert details[1]["error"] == "RolledBack" and details[1]["cause"]
+        sent += events
+
+    cold_start()  # the central account's recorder: new clients, in its region
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", CENTRAL_ACCOUNT)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", CENTRAL_REGION)
+    with mock_aws():
+        import boto3
+
+        boto3.client("dynamodb", region_name=CENTRAL_REGION).create_table(
+            TableName=FLEET_TABLE,
+            AttributeDefinitions=[{"AttributeName": "deployment", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "deployment", "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        record(sent, monkeypatch)
+        assert (
+            main(
+                [
+                    "status",
+                    "--fleet-table",
+                    FLEET_TABLE,
+                    "--region",
+                    CENTRAL_REGION,
+                    "--output",
+                    "json",
+                ]
+            )
+            == 3
+        )
+        fleet = json.loads(capsys.readouterr().out)
+        assert [(d["account"], d["region"]) for d in fleet] == sorted(MEMBERS)
+        needing = [(d["account"], d["region"]) for d in fleet if d["attention"]]
+        assert needing == [DENIED_MEMBER]  # no other account noticed the rollback
+        assert all(d["last_drift"] for d in fleet)
+        assert main(["status", "--fleet-table", FLEET_TABLE, "--region", CENTRAL_REGION]) == 3
+        table = capsys.readouterr().out
+        assert "6 deployment(s), 1 needing attention" in table
+        assert "rolled back to the old rules" in table
 
 
 def test_the_central_stack_takes_outcomes_and_forwarded_alarms_and_nothing_else() -> None:
@@ -185,7 +220,7 @@ def test_the_central_stack_takes_outcomes_and_forwarded_alarms_and_nothing_else(
         if body["Type"] == "AWS::Serverless::LayerVersion":
             body["Properties"]["ContentUri"] = "s3://b/layer.zip"
     translated = translate(
-        fleet, {"OrganizationId": "o-abcdefghij"}, region=REGION, account_id=ACCOUNT
+        fleet, {"OrganizationId": "o-abcdefghij"}, region=CENTRAL_REGION, account_id=CENTRAL_ACCOUNT
     )
     policy = translated["Resources"]["FleetEventBusPolicy"]["Properties"]["Statement"]
     assert policy["Condition"] == {
@@ -201,6 +236,6 @@ def test_status_of_a_stack_that_is_not_there_is_one_line_and_exit_2(
     from moto import mock_aws
 
     with mock_aws():
-        assert main(["status", "--stack", "nope", "--region", REGION]) == 2
+        assert main(["status", "--stack", "nope", "--region", CENTRAL_REGION]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope" in err

@@ -167,7 +167,7 @@ def poll_queue(world: DemoWorld, batch_size: int = 100) -> dict[str, Any]:
                     "md5OfBody": m["MD5OfBody"],
                     "eventSource": "aws:sqs",
                     "eventSourceARN": world.runtime.arn("EventQueue"),
-                    "awsRegion": "eu-west-1",
+                    "awsRegion": world.runtime.region,
                 }
             )
             clients.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
@@ -204,7 +204,7 @@ def desired_rules(world: DemoWorld) -> list[Rule]:
 
 def reconcile(world: DemoWorld) -> dict[str, Any] | None:
     """A scheduled drift-repair run: the planner with the schedule's event, then its execution."""
-    scheduled = scheduled_event()
+    scheduled = scheduled_event(world.runtime.account_id, world.runtime.region)
     execution = run_planner(world, scheduled)
     return None if execution is None else world.runtime.wait_for(execution, EXECUTION_TIMEOUT)
 

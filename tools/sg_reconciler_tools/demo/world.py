@@ -92,11 +92,13 @@ class DemoWorld:
             DefaultActions=[{"Type": "forward", "TargetGroupArn": tg}],
         )
         self.target_groups[node_port] = tg
+        where = (self.runtime.account_id, self.runtime.region)
         return [
             cloudtrail_event(
                 "CreateTargetGroup",
                 {"name": name, "protocol": "TCP", "port": node_port, "vpcId": self.vpc_id},
                 {"targetGroups": [{"targetGroupArn": tg, "targetGroupName": name}]},
+                *where,
             ),
             cloudtrail_event(
                 "RegisterTargets",
@@ -105,6 +107,7 @@ class DemoWorld:
                     "targets": [{"id": i, "port": node_port} for i in nodes],
                 },
                 None,
+                *where,
             ),
             cloudtrail_event(
                 "CreateListener",
@@ -115,12 +118,17 @@ class DemoWorld:
                     "defaultActions": [{"type": "forward", "targetGroupArn": tg}],
                 },
                 None,
+                *where,
             ),
         ]
 
 
 def cloudtrail_event(
-    event_name: str, request: dict[str, Any], response: dict[str, Any] | None
+    event_name: str,
+    request: dict[str, Any],
+    response: dict[str, Any] | None,
+    account: str = ACCOUNT_ID,
+    region: str = REGION,
 ) -> dict[str, Any]:
     """An 'AWS API Call via CloudTrail' event as EventBridge delivers it (ELBv2 call by the controller)."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -129,23 +137,23 @@ def cloudtrail_event(
         "id": str(uuid.uuid4()),
         "detail-type": "AWS API Call via CloudTrail",
         "source": "aws.elasticloadbalancing",
-        "account": ACCOUNT_ID,
+        "account": account,
         "time": now,
-        "region": REGION,
+        "region": region,
         "resources": [],
         "detail": {
             "eventVersion": "1.11",
             "userIdentity": {
                 "type": "AssumedRole",
                 "principalId": "AROADEMOCONTROLLER:session",
-                "arn": "arn:aws:sts::123456789012:assumed-role/eks-demo-aws-load-balancer-controller/session",
-                "accountId": ACCOUNT_ID,
+                "arn": f"arn:aws:sts::{account}:assumed-role/eks-demo-aws-load-balancer-controller/session",
+                "accountId": account,
                 "sessionContext": {
                     "sessionIssuer": {
                         "type": "Role",
                         "principalId": "AROADEMOCONTROLLER",
-                        "arn": CONTROLLER_ROLE,
-                        "accountId": ACCOUNT_ID,
+                        "arn": CONTROLLER_ROLE.replace(ACCOUNT_ID, account),
+                        "accountId": account,
                         "userName": "eks-demo-aws-load-balancer-controller",
                     },
                     "attributes": {"creationDate": now, "mfaAuthenticated": "false"},
@@ -154,7 +162,7 @@ def cloudtrail_event(
             "eventTime": now,
             "eventSource": "elasticloadbalancing.amazonaws.com",
             "eventName": event_name,
-            "awsRegion": REGION,
+            "awsRegion": region,
             "sourceIPAddress": "203.0.113.10",
             "userAgent": "elbv2.k8s.aws/v2.13.2",
             "requestParameters": request,
@@ -164,21 +172,21 @@ def cloudtrail_event(
             "readOnly": False,
             "eventType": "AwsApiCall",
             "managementEvent": True,
-            "recipientAccountId": ACCOUNT_ID,
+            "recipientAccountId": account,
             "eventCategory": "Management",
         },
     }
 
 
-def scheduled_event() -> dict[str, Any]:
+def scheduled_event(account: str = ACCOUNT_ID, region: str = REGION) -> dict[str, Any]:
     """The drift-repair schedule's event (an EventBridge 'Scheduled Event')."""
     return {
         "version": "0",
         "id": f"schedule-{uuid.uuid4()}",
         "detail-type": "Scheduled Event",
         "source": "aws.events",
-        "account": ACCOUNT_ID,
-        "region": REGION,
+        "account": account,
+        "region": region,
         "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "resources": [],
         "detail": {},
@@ -190,9 +198,9 @@ def build_world(runtime: LocalRuntime) -> DemoWorld:
     ec2, elbv2 = runtime.clients.ec2, runtime.clients.elbv2
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnets = [
-        ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=f"{REGION}{az}")["Subnet"][
-            "SubnetId"
-        ]
+        ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=f"{runtime.region}{az}")[
+            "Subnet"
+        ]["SubnetId"]
         for cidr, az in (("10.0.1.0/24", "a"), ("10.0.2.0/24", "b"))
     ]
 

@@ -1370,7 +1370,9 @@ def cloudformation_stack(stack_name: str, region: str, account_id: str = ACCOUNT
     return getter(stack_name)
 
 
-def stack_attribute(stack_name: str, logical_id: str, attribute: str, region: str) -> Any:
+def stack_attribute(
+    stack_name: str, logical_id: str, attribute: str, region: str, account_id: str = ACCOUNT_ID
+) -> Any:
     """What `!GetAtt logical_id.attribute` resolves to in a created stack.
 
     CloudFormation has no API for it (only Outputs); moto's engine resolves it with the
@@ -1378,7 +1380,7 @@ def stack_attribute(stack_name: str, logical_id: str, attribute: str, region: st
     `moto.cloudformation.parsing.ResourceMap` (`Stack.resource_map`). KeyError when the
     stack has no such resource or moto did not create it.
     """
-    stack = cloudformation_stack(stack_name, region)
+    stack = cloudformation_stack(stack_name, region, account_id)
     resources = _require(stack, "resource_map", "moto.cloudformation.models.Stack")
     if logical_id not in resources.resources:
         raise KeyError(logical_id)
@@ -1388,10 +1390,12 @@ def stack_attribute(stack_name: str, logical_id: str, attribute: str, region: st
     return _require(resource, "get_cfn_attribute", type(resource).__name__)(attribute)
 
 
-def stack_condition(stack_name: str, condition: str, region: str) -> bool:
+def stack_condition(
+    stack_name: str, condition: str, region: str, account_id: str = ACCOUNT_ID
+) -> bool:
     """Whether a template condition holds in a created stack, as moto's engine evaluated
     it (`moto.cloudformation.parsing.ResourceMap.lazy_condition_map`)."""
-    stack = cloudformation_stack(stack_name, region)
+    stack = cloudformation_stack(stack_name, region, account_id)
     resources = _require(stack, "resource_map", "moto.cloudformation.models.Stack")
     conditions = _require(
         resources, "lazy_condition_map", "moto.cloudformation.parsing.ResourceMap"

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from sg_reconciler import wiring
-from sg_reconciler.adapters import pacing
+from sg_reconciler.adapters import aws, pacing
 from sg_reconciler.core.rules import DEFAULT_OWNER
 
 from sg_reconciler_tools.local import cfn_workarounds, moto_hooks
@@ -60,14 +60,12 @@ _FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
 }
 
 
 @dataclass(frozen=True)
 class Clients:
-    """boto3 clients on the mock, one per service the app uses (region eu-west-1)."""
+    """boto3 clients on the mock, one per service the app uses (the runtime's region)."""
 
     ec2: EC2Client
     elbv2: ElasticLoadBalancingv2Client
@@ -112,6 +110,8 @@ class LocalRuntime:
         stack_name: str = "sg-reconciler-local",
         ec2_fidelity: bool = True,
         sdk_max_attempts: int | None = 1,
+        account_id: str = moto_hooks.ACCOUNT_ID,
+        region: str = REGION,
     ) -> None:
         # The stack's owner name is the library default unless a test asks for another
         # (the template derives it from the stack name when OwnerName is empty). Writes are
@@ -129,7 +129,15 @@ class LocalRuntime:
         # botocore retries throttling with real sleeps; by default a handler's client makes
         # one attempt, so an injected fault reaches the code under test exactly once per
         # count. None keeps botocore's default (a client's own retry Config always wins).
-        self._environment = dict(_FAKE_CREDENTIALS)
+        # moto files every call under MOTO_ACCOUNT_ID: the stack, its functions' calls and
+        # its executions all live in this account and region, as one deployment does.
+        self.account_id, self.region = account_id, region
+        self._environment = {
+            **_FAKE_CREDENTIALS,
+            "AWS_DEFAULT_REGION": region,
+            "AWS_REGION": region,
+            "MOTO_ACCOUNT_ID": account_id,
+        }
         if sdk_max_attempts is not None:
             self._environment["AWS_MAX_ATTEMPTS"] = str(sdk_max_attempts)
         self.waits = moto_hooks.Recorder()
@@ -178,8 +186,9 @@ class LocalRuntime:
         os.environ.update(self._environment)
         self._mock = moto_hooks.new_mock()
         self._mock.start()
+        cold_start()
         try:
-            self._clients = _make_clients()
+            self._clients = _make_clients(self.region)
             self._patches = [
                 moto_hooks.patch_wait_states(self.waits),
                 moto_hooks.patch_retry_sleep(self.retry_sleeps),
@@ -293,8 +302,8 @@ class LocalRuntime:
         if logical_id in self._stack_parameters:
             return self._stack_parameters[logical_id]
         pseudo = {
-            "AWS::Region": REGION,
-            "AWS::AccountId": moto_hooks.ACCOUNT_ID,
+            "AWS::Region": self.region,
+            "AWS::AccountId": self.account_id,
             "AWS::Partition": "aws",
             "AWS::URLSuffix": "amazonaws.com",
             "AWS::StackName": self.stack_name,
@@ -441,9 +450,10 @@ class LocalRuntime:
     def _deploy(self) -> None:
         """Package, translate, adapt to moto and create the stack; then host its functions
         and deliver Step Functions' status changes to the rules that want them."""
-        s3 = _session().client("s3")
+        s3 = _session(self.region).client("s3")
+        location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
         s3.create_bucket(
-            Bucket=self._bucket, CreateBucketConfiguration={"LocationConstraint": REGION}
+            Bucket=self._bucket, **({"CreateBucketConfiguration": location} if location else {})
         )
         self._patches += [
             cfn_workarounds.create_state_machines_in_the_executing_backend(),
@@ -478,7 +488,7 @@ class LocalRuntime:
         self.parameters = _stack_parameters(document, self.parameters, parameters or {})
         self.template_path, self._document = Path(template_path), document
         template, code_dirs = self._prepared()
-        cloudformation = _session().client("cloudformation")
+        cloudformation = _session(self.region).client("cloudformation")
         with cfn_workarounds.quiet_unsupported_resources():
             try:
                 cloudformation.update_stack(
@@ -501,12 +511,13 @@ class LocalRuntime:
 
     @property
     def _bucket(self) -> str:
-        return f"{self.stack_name.lower()}-artifacts"  # `sam package`'s bucket
+        # `sam package`'s bucket; S3 names are global, so the account and region are in it
+        return f"{self.stack_name.lower()}-artifacts-{self.account_id}-{self.region}"
 
     def _prepared(self) -> tuple[dict[str, Any], Mapping[str, Path]]:
         """The template as CreateStack or UpdateStack gets it (packaged to the stack's bucket,
         translated, adapted to moto), and each function's code directory."""
-        s3 = _session().client("s3")
+        s3 = _session(self.region).client("s3")
 
         def upload(name: str, content: bytes) -> str:
             key = content_key(name, content)
@@ -521,7 +532,7 @@ class LocalRuntime:
         directory = self.template_path.resolve().parent
         packaged = package(self._document, directory, upload, code_root=self.handlers_root)
         translated = translate(
-            packaged.document, self.parameters, region=REGION, account_id=moto_hooks.ACCOUNT_ID
+            packaged.document, self.parameters, region=self.region, account_id=self.account_id
         )
         template = cfn_workarounds.prepare(translated, stack_name=self.stack_name, fetch=fetch)
         self.deployed_template = template
@@ -533,7 +544,7 @@ class LocalRuntime:
         ]
 
     def _create_stack(self, template: dict[str, Any]) -> None:
-        cloudformation = _session().client("cloudformation")
+        cloudformation = _session(self.region).client("cloudformation")
         with cfn_workarounds.quiet_unsupported_resources():
             try:
                 cloudformation.create_stack(
@@ -550,7 +561,7 @@ class LocalRuntime:
 
     def _read_stack(self, template: dict[str, Any], expected_status: str) -> None:
         """The stack's resources, parameters and names, as the engine created them."""
-        cloudformation = _session().client("cloudformation")
+        cloudformation = _session(self.region).client("cloudformation")
         with cfn_workarounds.quiet_unsupported_resources():
             (stack,) = cloudformation.describe_stacks(StackName=self.stack_name)["Stacks"]
             if stack["StackStatus"] != expected_status:
@@ -580,7 +591,9 @@ class LocalRuntime:
             if logical_id not in self._resources
             and (
                 "Condition" not in body
-                or moto_hooks.stack_condition(self.stack_name, str(body["Condition"]), REGION)
+                or moto_hooks.stack_condition(
+                    self.stack_name, str(body["Condition"]), self.region, self.account_id
+                )
             )
         ]
         self._state_machine_arns = {
@@ -592,7 +605,9 @@ class LocalRuntime:
         self._arns = {}
         for logical_id in self._resources:
             with contextlib.suppress(Exception):  # a model without an Arn attribute
-                arn = moto_hooks.stack_attribute(self.stack_name, logical_id, "Arn", REGION)
+                arn = moto_hooks.stack_attribute(
+                    self.stack_name, logical_id, "Arn", self.region, self.account_id
+                )
                 if isinstance(arn, str) and arn.startswith("arn:"):
                     self._arns[logical_id] = arn
         self._arns.update(self._state_machine_arns)  # moto's model has no Arn; Ref is it
@@ -663,6 +678,14 @@ def _stack_parameters(
     return {**values, **{key: str(value) for key, value in given.items()}}
 
 
+def cold_start() -> None:
+    """A runtime's functions start in new containers: the library's process-wide clients
+    (made for another runtime's region) and read buckets are dropped."""
+    aws.client.cache_clear()
+    aws.read_client.cache_clear()
+    wiring.forget_read_pacers()
+
+
 def patch_pacer(
     sleep: Callable[[float], None], clock: Callable[[], float] | None = None
 ) -> moto_hooks.Patch:
@@ -718,21 +741,21 @@ class FunctionFailed(Exception):
         self.error_message = message
 
 
-_SESSION: boto3.session.Session | None = None
+_SESSIONS: dict[str, boto3.session.Session] = {}
 
 
-def _session() -> boto3.session.Session:
-    """One boto3 session for every runtime: it caches the parsed service models (seconds)."""
-    global _SESSION
-    if _SESSION is None:
-        _SESSION = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+def _session(region: str = REGION) -> boto3.session.Session:
+    """One boto3 session per region for every runtime: it caches the parsed service models
+    (seconds)."""
+    if region not in _SESSIONS:
+        _SESSIONS[region] = boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
         )
-    return _SESSION
+    return _SESSIONS[region]
 
 
-def _make_clients() -> Clients:
-    session = _session()
+def _make_clients(region: str) -> Clients:
+    session = _session(region)
     return Clients(
         ec2=session.client("ec2"),
         elbv2=session.client("elbv2"),
