@@ -4,12 +4,13 @@ The plan store and the execution starter are in-memory fakes (tests/fakes.py).""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
 from fakes import FakePlans, FakeStarter
 from sg_reconciler.app.live_plan import LivePlan
-from sg_reconciler.app.plan_batch import execution_name, plan_batch
+from sg_reconciler.app.plan_batch import EVENT_ID_CHARS, execution_name, plan_batch
 from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.app.steps import check_plan
 from sg_reconciler.core.plan import Plan, Refusal
@@ -180,3 +181,32 @@ def test_a_plan_from_the_full_read_clears_the_scope_an_earlier_narrow_plan_kept(
     plan_batch(records, full.replan, full.start, 1000.0, full.plans)
 
     assert stored_scope(full.plans, plan.plan_id()) is None
+
+
+def test_events_with_huge_ids_keep_the_execution_input_small() -> None:
+    """A broken or forged event's id is cut: the input stays far below Step Functions'
+    32 KiB however long the ids are (found by the planner fuzzer)."""
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    recorder = Recorder(plan)
+    records: list[tuple[str, Parsed]] = [
+        (f"m{i}", Relevant(f"{i}" + "x" * 50_000, "RegisterTargets", Scope.everything()))
+        for i in range(50)
+    ]
+    assert plan_batch(records, recorder.replan, recorder.start, 0.0, recorder.plans).outcome == (
+        "started"
+    )
+    ((_, payload),) = recorder.starts
+    assert len(json.dumps(payload)) < 8_000
+    assert all(len(i) == EVENT_ID_CHARS for i in payload["trigger"]["event_ids"])
+
+
+def test_a_scheduled_run_says_so_in_its_trigger_and_an_event_driven_one_does_not() -> None:
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    for name, scheduled in (("Scheduled Event", True), ("RegisterTargets", None)):
+        recorder = Recorder(plan)
+        records: list[tuple[str, Parsed]] = [("m", Relevant("e", name, Scope.everything()))]
+        plan_batch(records, recorder.replan, recorder.start, 0.0, recorder.plans)
+        ((_, payload),) = recorder.starts
+        assert payload["trigger"].get("scheduled") is scheduled

@@ -45,6 +45,11 @@ class BatchResult:
     failed_message_ids: list[str] = field(default_factory=list)
 
 
+# EventBridge's ids are 36 characters; a longer one (a forged or broken event) is cut, so the
+# execution input stays within its size however the events look (invariant 13).
+EVENT_ID_CHARS = 80
+
+
 def execution_name(plan: Plan, now: float) -> str:
     """Plan hash plus a 10-minute bucket: a redelivered trigger is a no-op, a recurrence next
     week is not (Standard workflow names stay taken for 90 days)."""
@@ -103,7 +108,7 @@ def plan_batch(
                 rules_to_remove=result.rules_to_remove,
             ),
             trigger=Trigger(
-                event_ids=sorted({p.event_id for _, p in relevant})[:50],
+                event_ids=sorted({p.event_id[:EVENT_ID_CHARS] for _, p in relevant})[:50],
                 scheduled=any(p.event_name == SCHEDULED_DETAIL_TYPE for _, p in relevant) or None,
             ),
         )
