@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 from sg_reconciler import wiring
@@ -464,7 +464,7 @@ class LocalRuntime:
             cfn_workarounds.parse_json_templates_as_json(),
         ]
         template, code_dirs = self._prepared()
-        self._create_stack(template)
+        self._put_stack("create", template)
         self._host_functions(code_dirs)
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
 
@@ -488,20 +488,7 @@ class LocalRuntime:
         self.parameters = _stack_parameters(document, self.parameters, parameters or {})
         self.template_path, self._document = Path(template_path), document
         template, code_dirs = self._prepared()
-        cloudformation = _session(self.region).client("cloudformation")
-        with cfn_workarounds.quiet_unsupported_resources():
-            try:
-                cloudformation.update_stack(
-                    StackName=self.stack_name,
-                    TemplateBody=json.dumps(template),
-                    Parameters=self._parameter_list(),
-                    Capabilities=CAPABILITIES,
-                )
-            except Exception as error:  # moto raises a resource model's error through the call
-                raise TemplateError(
-                    f"moto's CloudFormation could not update stack {self.stack_name}: {error!r}"
-                ) from error
-        self._read_stack(template, "UPDATE_COMPLETE")
+        self._put_stack("update", template)
         if self._invoke_patch is not None:
             self._invoke_patch.undo()
             self._patches.remove(self._invoke_patch)
@@ -543,11 +530,13 @@ class LocalRuntime:
             {"ParameterKey": key, "ParameterValue": value} for key, value in self.parameters.items()
         ]
 
-    def _create_stack(self, template: dict[str, Any]) -> None:
+    def _put_stack(self, action: Literal["create", "update"], template: dict[str, Any]) -> None:
+        """CreateStack or UpdateStack with the runtime's parameters, then the stack as made."""
         cloudformation = _session(self.region).client("cloudformation")
+        call = cloudformation.create_stack if action == "create" else cloudformation.update_stack
         with cfn_workarounds.quiet_unsupported_resources():
             try:
-                cloudformation.create_stack(
+                call(
                     StackName=self.stack_name,
                     TemplateBody=json.dumps(template),
                     Parameters=self._parameter_list(),
@@ -555,9 +544,9 @@ class LocalRuntime:
                 )
             except Exception as error:  # moto raises a resource model's error through the call
                 raise TemplateError(
-                    f"moto's CloudFormation could not create stack {self.stack_name}: {error!r}"
+                    f"moto's CloudFormation could not {action} stack {self.stack_name}: {error!r}"
                 ) from error
-        self._read_stack(template, "CREATE_COMPLETE")
+        self._read_stack(template, f"{action.upper()}_COMPLETE")
 
     def _read_stack(self, template: dict[str, Any], expected_status: str) -> None:
         """The stack's resources, parameters and names, as the engine created them."""
