@@ -62,6 +62,8 @@ class JanitorSettings(_Deployment):
     """Settings of the function that frees a stopped execution's locks."""
 
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", min_length=1)
+    # How long the record that an execution ended is kept (longer than any lock step runs)
+    lease_seconds: int = Field(900, alias="LOCK_LEASE_SECONDS", ge=300, le=86_400)
 
 
 Settings = TypeVar("Settings", bound=_FromEnvironment)

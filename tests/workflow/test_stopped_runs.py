@@ -170,3 +170,42 @@ def lock_holders(world: DemoWorld) -> list[str]:
     table = world.runtime.ref("LockTable")
     items = world.runtime.clients.dynamodb.scan(TableName=table).get("Items", [])
     return [i["holder"]["S"] for i in items if i["group_id"]["S"].startswith("sg-")]
+
+
+def test_an_execution_stopped_during_lock_the_groups_leaves_no_lock_behind(
+    world: DemoWorld,
+) -> None:
+    # Given an execution stopped while its lock step is already invoked: the stop's status
+    # change reaches the janitor, which finds no lock yet; then the step takes the locks
+    runtime, sfn = world.runtime, world.runtime.clients.stepfunctions
+    world.add_service(32500)
+    live = live_plan(world)
+    assert isinstance(live.result, Plan)
+    seen: dict[str, list[str]] = {}
+
+    def stop_at_the_lock_step(function: str, event: Any) -> None:
+        if function == "AcquireLocksFunction" and event.get("holder") == "run-a" and not seen:
+            sfn.stop_execution(executionArn=arn, cause="operator")
+            seen["locks the janitor found"] = held_locks(runtime)
+
+    with (
+        runtime.before_invoke(stop_at_the_lock_step),
+        InvariantMonitor(runtime.clients.ec2, world.node_groups.values(), None, live.desired) as w,
+    ):
+        arn = runtime.start_execution(MACHINE, {"plan": live.result.to_dict()}, "run-a")
+        assert runtime.wait_for(arn, TIMEOUT)["status"] == "ABORTED"
+        (step,) = settled(
+            lambda: [
+                i
+                for i in runtime.invocations
+                if i.logical_id == "AcquireLocksFunction" and i.event.get("holder") == "run-a"
+            ]
+        )
+        # Then the lock step gave back what it took: no lock outlives the execution
+        assert seen["locks the janitor found"] == []
+        assert step.error_type == "ExecutionStopped", step
+        assert held_locks(runtime) == []
+        # And the next run gets the groups at once (no LockBusy) and applies the change
+        assert (reconcile(world) or {}).get("status") == "SUCCEEDED"
+    assert all(admits(world, g, 32500) for g in world.node_groups.values())
+    assert w.violations == []

@@ -116,6 +116,14 @@ class LockStore(Protocol):
         """Free every lock the holder still has, wherever it is."""
         ...
 
+    def mark_stopped(self, holder: str, lease_seconds: int) -> None:
+        """Record that the holder's execution ended (the janitor, before it frees locks)."""
+        ...
+
+    def stopped(self, holder: str) -> bool:
+        """Whether the janitor recorded the holder's execution as ended."""
+        ...
+
 
 class PlanStorage(Protocol):
     """A plan's groups and its phases' batches, outside the execution state (invariant 13).
