@@ -28,6 +28,10 @@ class _Deployment(_FromEnvironment):
     stack_id: str = Field("", alias="STACK_ID")
     lock_table: str = Field("", alias="LOCK_TABLE_NAME")
     plan_table: str = Field("", alias="PLAN_TABLE_NAME")
+    # The brake's window: removals counted together over this long (invariant 14)
+    brake_window_seconds: int = Field(
+        86_400, alias="BRAKE_WINDOW_SECONDS", ge=3_600, le=30 * 86_400
+    )
     # ELBv2 describes a second, and the same share of EC2's read buckets (core/pacing.py)
     reads_per_second: float = Field(
         DEFAULT_READS_PER_SECOND, alias="READS_PER_SECOND", gt=0, le=1000

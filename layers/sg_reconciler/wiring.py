@@ -101,7 +101,11 @@ def live_planner(
     retried until `seconds_left` (less a margin) has passed (invariant 15). The owner name
     comes from the stack (one source); the policy may not name another, and the run refuses
     to start while another stack claims the name (invariant 10)."""
-    from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
+    from sg_reconciler.adapters.deployment import (
+        BrakeReleases,
+        RevocationLog,
+        check_owner_claim,
+    )
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
     from sg_reconciler.app.live_plan import compute_live_plan
 
@@ -112,6 +116,9 @@ def live_planner(
         client("ssm", attempts), config.owner_claim_parameter, config.stack_id, config.owner
     )
     releases = BrakeReleases(client("dynamodb", attempts), config.lock_table)
+    window = RevocationLog(
+        client("dynamodb", attempts), config.lock_table, config.brake_window_seconds
+    )
     reads = read_pacer(config, seconds_left)
     ec2 = reads.install(read_client("ec2", attempts))
     elbv2 = reads.install(read_client("elbv2", attempts))
@@ -126,6 +133,7 @@ def live_planner(
             partial=True,
             quotas=read_client("service-quotas", attempts),
             released=releases.released if config.lock_table else None,
+            window=window if config.lock_table else None,
         )
         if live.brake is not None and not live.released and config.lock_table:
             releases.record_held(live.brake.fingerprint, live.brake.reason)
