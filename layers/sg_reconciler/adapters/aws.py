@@ -67,6 +67,7 @@ class Clients:
     ssm: SSMClient
     dynamodb: DynamoDBClient  # the brake's records (release-brake)
     sts: Any  # who releases a brake (no type stubs installed for STS)
+    stepfunctions: Any  # whether an adopting execution could still hand rules back (adopt)
 
 
 def make_clients(
@@ -88,6 +89,7 @@ def make_clients(
         ssm=session.client("ssm", endpoint_url=endpoint_url, config=config),
         dynamodb=session.client("dynamodb", endpoint_url=endpoint_url, config=config),
         sts=session.client("sts", endpoint_url=endpoint_url, config=config),
+        stepfunctions=session.client("stepfunctions", endpoint_url=endpoint_url, config=config),
     )
 
 

@@ -58,6 +58,7 @@ class LivePlan:
     # group id -> Name tag or GroupName, for the groups in play and the groups they admit
     names: Mapping[str, str] = field(default_factory=dict)
     narrowed: Scope | None = None  # planned from this event scope's read alone (it stands)
+    vpcs: Mapping[str, str] = field(default_factory=dict)  # group id -> VPC, of the read
 
     def needed_by(self, rule: Rule) -> tuple[str, ...]:
         """What needs a desired rule (target groups and their load balancers, static rules)."""
@@ -179,6 +180,7 @@ def plan_from_inventory(
         released=was_released,
         unreached=tuple(unreached),
         names=_names(inventory, groups, desired),
+        vpcs={g: sg.vpc_id for g, sg in inventory.groups.items()},
     )
 
 
