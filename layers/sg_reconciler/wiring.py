@@ -20,12 +20,14 @@ from sg_reconciler.core.pacing import pacing_for, read_pace
 if TYPE_CHECKING:
     # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
+    from sg_reconciler.adapters.deployment import RevocationLog
     from sg_reconciler.app.live_plan import LivePlan, Replan
     from sg_reconciler.core.ports import (
         ExecutionStarter,
         InventoryReader,
         LockStore,
         PlanStorage,
+        RevocationWindow,
         RuleStore,
         WritePacer,
     )
@@ -143,11 +145,15 @@ def live_planner(
 
 
 def _adapters_fit_ports(
-    rules: SecurityGroupRules, locks: GroupLocks, plans: PlanStore, pacer: Pacer
-) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer]:
+    rules: SecurityGroupRules,
+    locks: GroupLocks,
+    plans: PlanStore,
+    pacer: Pacer,
+    window: RevocationLog,
+) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer, RevocationWindow]:
     """Never called: mypy checks that each adapter satisfies its port (a method renamed or a
     signature changed on one side fails `make typecheck`). `execution_starter` is checked by
     its return type."""
     from sg_reconciler.adapters.inventory import read_inventory
 
-    return rules, locks, plans, read_inventory, pacer
+    return rules, locks, plans, read_inventory, pacer, window
