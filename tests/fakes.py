@@ -280,6 +280,7 @@ class FakeLocks:
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
         self.items: dict[str, tuple[str, float]] = {}
+        self.ended: set[str] = set()  # executions the janitor recorded as ended
 
     def holder(self, group_id: str) -> str:
         return self.items.get(group_id, ("nobody", 0.0))[0]
@@ -315,6 +316,12 @@ class FakeLocks:
 
     def release_held_by(self, holder: str) -> list[str]:
         return self.release([g for g, (h, _) in self.items.items() if h == holder], holder)
+
+    def mark_stopped(self, holder: str, lease_seconds: int) -> None:
+        self.ended.add(holder)
+
+    def stopped(self, holder: str) -> bool:
+        return holder in self.ended
 
 
 class FakePlans:

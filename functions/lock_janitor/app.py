@@ -17,6 +17,8 @@ from sg_reconciler.wiring import group_locks
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(JanitorSettings)
-    result = steps.release_after_stop(event, group_locks(config), config.state_machine_arn)
+    result = steps.release_after_stop(
+        event, group_locks(config), config.state_machine_arn, config.lease_seconds
+    )
     logger.info("locks of a stopped execution", extra=result)
     return result

@@ -65,6 +65,11 @@ class LockLost(ReconcilerError):
     """This execution's lease on a group expired and another execution took it."""
 
 
+class ExecutionStopped(ReconcilerError):
+    """The execution stopped (its status change reached the janitor) while its lock step
+    ran: the locks that step took are given back, none outlives the execution."""
+
+
 class NotYetVisible(ReconcilerError):
     """Rules just written are not yet visible to describe (eventual consistency): retry."""
 

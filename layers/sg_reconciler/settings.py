@@ -28,6 +28,10 @@ class _Deployment(_FromEnvironment):
     stack_id: str = Field("", alias="STACK_ID")
     lock_table: str = Field("", alias="LOCK_TABLE_NAME")
     plan_table: str = Field("", alias="PLAN_TABLE_NAME")
+    # The brake's window: removals counted together over this long (invariant 14)
+    brake_window_seconds: int = Field(
+        86_400, alias="BRAKE_WINDOW_SECONDS", ge=3_600, le=30 * 86_400
+    )
     # ELBv2 describes a second, and the same share of EC2's read buckets (core/pacing.py)
     reads_per_second: float = Field(
         DEFAULT_READS_PER_SECOND, alias="READS_PER_SECOND", gt=0, le=1000
@@ -62,6 +66,8 @@ class JanitorSettings(_Deployment):
     """Settings of the function that frees a stopped execution's locks."""
 
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", min_length=1)
+    # How long the record that an execution ended is kept (longer than any lock step runs)
+    lease_seconds: int = Field(900, alias="LOCK_LEASE_SECONDS", ge=300, le=86_400)
 
 
 class ReporterSettings(_Deployment):

@@ -20,12 +20,14 @@ from sg_reconciler.core.pacing import pacing_for, read_pace
 if TYPE_CHECKING:
     # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
+    from sg_reconciler.adapters.deployment import RevocationLog
     from sg_reconciler.app.live_plan import LivePlan, Replan
     from sg_reconciler.core.ports import (
         ExecutionStarter,
         InventoryReader,
         LockStore,
         PlanStorage,
+        RevocationWindow,
         RuleStore,
         WritePacer,
     )
@@ -101,7 +103,11 @@ def live_planner(
     retried until `seconds_left` (less a margin) has passed (invariant 15). The owner name
     comes from the stack (one source); the policy may not name another, and the run refuses
     to start while another stack claims the name (invariant 10)."""
-    from sg_reconciler.adapters.deployment import BrakeReleases, check_owner_claim
+    from sg_reconciler.adapters.deployment import (
+        BrakeReleases,
+        RevocationLog,
+        check_owner_claim,
+    )
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
     from sg_reconciler.app.live_plan import compute_live_plan
 
@@ -112,6 +118,9 @@ def live_planner(
         client("ssm", attempts), config.owner_claim_parameter, config.stack_id, config.owner
     )
     releases = BrakeReleases(client("dynamodb", attempts), config.lock_table)
+    window = RevocationLog(
+        client("dynamodb", attempts), config.lock_table, config.brake_window_seconds
+    )
     reads = read_pacer(config, seconds_left)
     ec2 = reads.install(read_client("ec2", attempts))
     elbv2 = reads.install(read_client("elbv2", attempts))
@@ -126,6 +135,7 @@ def live_planner(
             partial=True,
             quotas=read_client("service-quotas", attempts),
             released=releases.released if config.lock_table else None,
+            window=window if config.lock_table else None,
         )
         if live.brake is not None and not live.released and config.lock_table:
             releases.record_held(live.brake.fingerprint, live.brake.reason)
@@ -135,11 +145,15 @@ def live_planner(
 
 
 def _adapters_fit_ports(
-    rules: SecurityGroupRules, locks: GroupLocks, plans: PlanStore, pacer: Pacer
-) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer]:
+    rules: SecurityGroupRules,
+    locks: GroupLocks,
+    plans: PlanStore,
+    pacer: Pacer,
+    window: RevocationLog,
+) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer, RevocationWindow]:
     """Never called: mypy checks that each adapter satisfies its port (a method renamed or a
     signature changed on one side fails `make typecheck`). `execution_starter` is checked by
     its return type."""
     from sg_reconciler.adapters.inventory import read_inventory
 
-    return rules, locks, plans, read_inventory, pacer
+    return rules, locks, plans, read_inventory, pacer, window

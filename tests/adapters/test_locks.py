@@ -100,15 +100,20 @@ def test_a_stopped_execution_frees_exactly_its_own_locks_once(dynamodb: Any) -> 
     dynamodb.put_item(
         TableName=TABLE, Item={"group_id": {"S": "brake-held#x"}, "holder": {"S": "the brake"}}
     )
-    # When exec-1 stops: its locks go, nothing else
+    # When exec-1 stops: its locks go, nothing else, and the janitor's record of its end stays
     stopped = {"detail": {"name": "exec-1", "status": "ABORTED", "stateMachineArn": MACHINE}}
-    assert release_after_stop(stopped, locks, MACHINE) == {"released": 2, "execution": "exec-1"}
+    assert release_after_stop(stopped, locks, MACHINE, 900) == {
+        "released": 2,
+        "execution": "exec-1",
+    }
     assert sorted(i["group_id"]["S"] for i in dynamodb.scan(TableName=TABLE)["Items"]) == [
         "brake-held#x",
         "sg-c",
+        "stopped#exec-1",
     ]
+    assert locks.stopped("exec-1") and not locks.stopped("exec-2")
     # And a second delivery of the same event (EventBridge delivers at least once) is a no-op
-    assert release_after_stop(stopped, locks, MACHINE)["released"] == 0
+    assert release_after_stop(stopped, locks, MACHINE, 900)["released"] == 0
 
 
 @pytest.mark.parametrize(
@@ -119,13 +124,13 @@ def test_other_status_changes_free_nothing(dynamodb: Any, status: str, machine: 
     locks = GroupLocks(dynamodb, TABLE, Clock())
     locks.acquire(["sg-a"], "exec-1", 900)
     event = {"detail": {"name": "exec-1", "status": status, "stateMachineArn": machine}}
-    assert release_after_stop(event, locks, MACHINE)["released"] == 0
+    assert release_after_stop(event, locks, MACHINE, 900)["released"] == 0
     assert locks.holder("sg-a") == "exec-1"
 
 
 def test_a_malformed_status_event_is_an_invalid_plan_error(dynamodb: Any) -> None:
     with pytest.raises(InvalidPlan, match="detail"):
-        release_after_stop({"detail-type": "x"}, GroupLocks(dynamodb, TABLE, Clock()), MACHINE)
+        release_after_stop({"detail-type": "x"}, GroupLocks(dynamodb, TABLE, Clock()), MACHINE, 900)
 
 
 def test_fence_passes_only_for_the_holder_of_a_live_lease(dynamodb: Any) -> None:

@@ -10,7 +10,7 @@ from app.steps_world import LEASE, World
 from fakes import rule
 from sg_reconciler.app import steps
 from sg_reconciler.core.plan import Authorize, Plan
-from sg_reconciler.errors import InvalidPlan, LockBusy, LockLost
+from sg_reconciler.errors import ExecutionStopped, InvalidPlan, LockBusy, LockLost
 
 G1, G2 = "sg-01", "sg-02"
 PLAN = Plan((Authorize(G1, (rule(G1, 443),)), Authorize(G2, (rule(G2, 443),))))
@@ -120,6 +120,19 @@ def test_a_group_locked_by_another_execution_is_busy_until_its_lease_ends(world:
     assert locked(world) == {"held": 2}
 
 
+def test_a_lock_step_of_an_execution_that_already_ended_gives_back_what_it_took(
+    world: World,
+) -> None:
+    # Given the janitor already ran for exec-1 (stopped while its lock step was in flight)
+    steps.release_after_stop(status_change("ABORTED"), world.locks, MACHINE, LEASE)
+    # When the lock step goes on, it takes the locks, sees the record and gives them back
+    with pytest.raises(ExecutionStopped, match="2 lock\\(s\\) taken were given back"):
+        locked(world)
+    assert world.locks.items == {}
+    # And another execution's lock step is not concerned
+    assert locked(world, "exec-2") == {"held": 2}
+
+
 def test_a_renew_extends_the_lease_and_fails_once_another_execution_took_the_group(
     world: World,
 ) -> None:
@@ -160,19 +173,20 @@ def test_the_janitor_frees_a_stopped_executions_locks(world: World, status: str)
     locked(world)
     world.locks.acquire(["sg-03"], "exec-2", LEASE)
 
-    answer = steps.release_after_stop(status_change(status), world.locks, MACHINE)
+    answer = steps.release_after_stop(status_change(status), world.locks, MACHINE, LEASE)
 
     assert answer == {"released": 2, "execution": "exec-1"}
     assert set(world.locks.items) == {"sg-03"}
 
 
 @pytest.mark.parametrize(
-    ("status", "arn"), [("RUNNING", MACHINE), ("SUCCEEDED", MACHINE), ("FAILED", MACHINE + "-2")]
+    ("status", "arn"),
+    [("RUNNING", MACHINE), ("SUCCEEDED", MACHINE), ("FAILED", MACHINE + "-2")],
 )
 def test_the_janitor_ignores_other_status_changes(world: World, status: str, arn: str) -> None:
     locked(world)
 
-    answer = steps.release_after_stop(status_change(status, arn=arn), world.locks, MACHINE)
+    answer = steps.release_after_stop(status_change(status, arn=arn), world.locks, MACHINE, LEASE)
 
     assert answer == {"released": 0, "ignored": f"{status} of {arn}"}
     assert len(world.locks.items) == 2
@@ -180,4 +194,4 @@ def test_the_janitor_ignores_other_status_changes(world: World, status: str, arn
 
 def test_the_janitor_refuses_an_event_without_a_detail(world: World) -> None:
     with pytest.raises(InvalidPlan, match="detail: Field required"):
-        steps.release_after_stop({"detail-type": "x"}, world.locks, MACHINE)
+        steps.release_after_stop({"detail-type": "x"}, world.locks, MACHINE, LEASE)

@@ -119,7 +119,30 @@ def test_the_hand_over_is_ready_once_every_desired_rule_is_in_place_and_ours() -
     reached = {"sg-nodes": frozenset({*ports["sg-nodes"], ("tcp", 30080)})}
     state = hand_over(after, [*done, public], desired, [THEIRS], reached)
     assert not state.ready and "tcp 30080 from 0.0.0.0-255.255.255.255" in state.cut.describe()
-    # nor while a target's group is unknown
-    miss = LookupMiss("vpc-1", "pods", "10.0.1.9", "tcp", frozenset({8080}))
-    state = hand_over(after, done, desired, [THEIRS], ports, [miss])
+    # nor while a target of unknown group could be reached through the other tool's rules
+    # (a port of theirs in its VPC); one they cannot admit is listed, not blocking
+    related = LookupMiss("vpc-1", "pods", "10.0.1.9", "tcp", frozenset({30001}))
+    elsewhere = LookupMiss("vpc-2", "pods", "10.9.0.9", "tcp", frozenset({30001}))
+    unrelated = LookupMiss("vpc-1", "web", "10.0.1.8", "tcp", frozenset({8080}))
+    vpcs = {"sg-nodes": "vpc-1"}
+    state = hand_over(after, done, desired, [THEIRS], ports, [related, unrelated], vpcs)
     assert not state.ready and state.unknown_targets == ("10.0.1.9 in pods",)
+    assert state.unrelated_unknown == ("10.0.1.8 in web",)
+    state = hand_over(after, done, desired, [THEIRS], ports, [elsewhere, unrelated], vpcs)
+    assert state.ready and state.unrelated_unknown == ("10.9.0.9 in pods", "10.0.1.8 in web")
+    # nor while a run that could hand the adopted rules back is in flight
+    state = hand_over(after, done, desired, [THEIRS], ports, waiting_for=["run-1 (running)"])
+    assert not state.ready and state.waiting_for == ("run-1 (running)",)
+
+
+def test_the_hand_over_does_not_wait_for_rules_the_other_tool_never_had() -> None:
+    # The controller's rule is adopted; a static rule of ours is still to be authorized:
+    # nothing the controller admits depends on it, so the controller may stop
+    desired = [Rule(key(31000, 32000), OURS), Rule(key(10250, 10250), OURS)]
+    tags = {OWNER_TAG_KEY: OWNER, ADOPTED_BY_TAG_KEY: "run-1"}
+    done = [replace(existing("sgr-1", 31000, 32000, **tags), description=OURS)]
+    plan = make_plan(done, desired, OWNER, adopt=adopts)
+    assert isinstance(plan, Plan) and any(isinstance(s, Authorize) for s in plan.steps)
+    ports = {"sg-nodes": frozenset({("tcp", 31500), ("tcp", 10250)})}
+    state = hand_over(plan, done, desired, [THEIRS], ports)
+    assert state.ready and [r.key for r in state.to_authorize] == [key(10250, 10250)]

@@ -42,6 +42,7 @@ Sandbox.Timedout); for the planner, its answer and the outcome of what it starte
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ import botocore.endpoint
 import pytest
 from evidence.evidence_kit import (
     KINDS,
+    MACHINE,
     MATRIX_ROWS,
     Kind,
     NoSleep,
@@ -69,12 +71,13 @@ from evidence.evidence_kit import (
     start_plan,
     wait_for,
 )
+from sg_reconciler.adapters.executions import execution_arn
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.plan import Modify, Plan
 from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
-from sg_reconciler_tools.local import LocalRuntime
+from sg_reconciler_tools.local import Fault, FaultInjector, LocalRuntime
 from sg_reconciler_tools.local.moto_hooks import Patch
 from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id, set_policy
 
@@ -290,23 +293,90 @@ class WorldMove:
 
 
 STOPPED = "Stopped with stale rules left"
+LATE_BATCH: dict[str, int] = {}  # execution -> the revoke batch stopped in its backoff
 MOVES = [
     WorldMove("RevokeSecurityGroupIngress", "outside revoke", "RevokeIncomplete", STOPPED),
     WorldMove("RevokeSecurityGroupIngress", "outside narrow", "RevokeIncomplete", STOPPED),
     WorldMove("Wait (settle)", "desired grows", S, "Revokes left to the next run"),
     WorldMove("Wait (settle)", "wanted again", S, "Revokes left to the next run"),
     WorldMove("Planner (brake)", "selection emptied", "planner ok; no execution", ""),
+    # Issue 19: the run itself slowed or stopped. The revokes are throttled; while a step
+    # backs off, an outside writer revokes our new rules (each retry is guarded again), or
+    # an operator stops the execution (the janitor frees its locks at once, the late
+    # attempt is fenced off: LockLost, no call); or the stop comes while the execution is
+    # locking its groups (the lock step gives back what it took: no lock left).
+    WorldMove(
+        "RevokeSecurityGroupIngress (backoff)",
+        "outside revoke in backoff",
+        "RevokeIncomplete",
+        STOPPED,
+    ),
+    WorldMove(
+        "RevokeSecurityGroupIngress (backoff)",
+        "stopped in backoff",
+        "ABORTED",
+        "Revoke the stale rules of a batch of groups",
+    ),
+    WorldMove("DynamoDB PutItem (lock)", "stopped while locking", "ABORTED", "Lock the groups"),
 ]
 
 
-def _move(stage: Stage, move: WorldMove, fired: list[str]) -> Patch | None:
-    """Arm the move; it records itself in `fired` when it happens."""
+def _move(stage: Stage, move: WorldMove, fired: list[str], name: str) -> Patch | None:
+    """Arm the move for execution `name`; it records itself in `fired` when it happens."""
     world, port = stage.world, stage.port
-    clients = world.runtime.clients
+    runtime = world.runtime
+    clients = runtime.clients
     victim = sorted(world.node_groups.values())[0]
+    arn = execution_arn(runtime.arn(MACHINE), name)
 
     def act(what: str, change: Any) -> Any:
         return lambda: (fired.append(what), change())
+
+    if move.kind in ("outside revoke in backoff", "stopped in backoff"):
+        # For the outside writer, every revoke call is throttled while the move is armed: no
+        # group's old rule can go before it writes, and each retry is guarded again first.
+        # For the stop, the first call: the other batches end, so the janitor gets its turn.
+        count = 1 if move.kind == "stopped in backoff" else 1000
+        throttled = FaultInjector(
+            Fault("ec2", "RevokeSecurityGroupIngress", "RequestLimitExceeded", count=count)
+        )
+        throttled.__enter__()
+
+        running = threading.local()  # the revoke batch this thread runs
+
+        def note_batch(function: str, event: Any) -> None:
+            if function == "ApplyStepsFunction":
+                running.batch = event.get("batch")
+
+        def in_backoff(_seconds: float) -> None:
+            if fired or not throttled.fired:
+                return
+            if move.kind == "stopped in backoff":
+                LATE_BATCH[name] = running.batch
+                with runtime.step_aside():
+                    fired.append("stopped")
+                    clients.stepfunctions.stop_execution(executionArn=arn, cause="operator")
+                return
+            fired.append("revoked")
+            for group in world.node_groups.values():
+                clients.ec2.revoke_security_group_ingress(
+                    GroupId=group, SecurityGroupRuleIds=[new_rule_id(world, group, port)]
+                )
+
+        listening = runtime.pacer_sleeps.subscribe(in_backoff)
+        noting = runtime.before_invoke(note_batch)
+        return Patch(
+            move.kind,
+            lambda: (listening.undo(), noting.undo(), throttled.__exit__(None, None, None)),
+        )
+    if move.kind == "stopped while locking":
+
+        def at_the_lock_step(function: str, event: Any) -> None:
+            if function == "AcquireLocksFunction" and event.get("holder") == name and not fired:
+                fired.append("stopped")
+                clients.stepfunctions.stop_execution(executionArn=arn, cause="operator")
+
+        return runtime.before_invoke(at_the_lock_step)
 
     if move.kind == "outside revoke":
         return before_revoke(
@@ -370,6 +440,34 @@ def _undo_move(stage: Stage, move: WorldMove) -> None:
         )
 
 
+def late_step_ended(runtime: LocalRuntime, name: str, move: WorldMove) -> None:
+    """Wait until the stopped execution's last step has answered (a stopped execution's
+    Lambda invocation runs on); a late revoke must have made no call (LockLost)."""
+    function = (
+        "AcquireLocksFunction" if move.kind == "stopped while locking" else "ApplyStepsFunction"
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        ended = [
+            i
+            for i in runtime.invocations
+            if i.logical_id == function
+            and i.event.get("holder") == name
+            and (
+                function == "AcquireLocksFunction"
+                or (i.event.get("phase") == "revoke" and i.event.get("batch") == LATE_BATCH[name])
+            )
+        ]
+        if ended:
+            break
+        assert time.monotonic() < deadline, f"{move}: the stopped execution's step never ended"
+        time.sleep(0.05)
+    expected = "ExecutionStopped" if function == "AcquireLocksFunction" else "LockLost"
+    assert any(i.error_type == expected for i in ended), [
+        (i.error_type, i.error_message) for i in ended
+    ]
+
+
 @pytest.mark.parametrize("move", MOVES, ids=str)
 def test_world_moves_under_the_plan(stage: Stage, move: WorldMove) -> None:
     world, runtime = stage.world, stage.world.runtime
@@ -378,18 +476,23 @@ def test_world_moves_under_the_plan(stage: Stage, move: WorldMove) -> None:
     live = next_change(stage, stage.base_policy)
     # When the world moves during the change
     fired: list[str] = []
+    name = f"w-{move}-{stage.port}"
     with monitor_for(world, live.desired) as watch:
-        armed = _move(stage, move, fired)
+        armed = _move(stage, move, fired, name)
         if move.kind == "selection emptied":
             run = planner_run(world)
             ends = ", ".join(sorted({outcome_of(d) for d in run.executions})) or "no execution"
             outcome, end_state = f"planner {run.answer}; {ends}", ""
         else:
-            described = wait_for(runtime, start_plan(world, live, f"w-{move}-{stage.port}"))
+            described = wait_for(runtime, start_plan(world, live, name))
             outcome = outcome_of(described)
+            if move.kind.startswith("stopped"):
+                # ABORTED at once; the step that was running goes on until it ends
+                late_step_ended(runtime, name, move)
             end_state = last_state(runtime, described["executionArn"])
         if armed is not None:
             armed.undo()
+    left = held_locks(runtime)
     # Then every node group still admits the backend on a port both plans need
     flows = all(admits(world, g, 31500) for g in world.node_groups.values())
     # And once the world is put back, the next scheduled runs converge
@@ -406,12 +509,14 @@ def test_world_moves_under_the_plan(stage: Stage, move: WorldMove) -> None:
             "fired": len(fired),
             "snapshots": len(watch.snapshots),
             "violations": len(watch.violations),
-            "locks left": len(held_locks(runtime)),
+            "locks left": len(left),
             "converged": converged,
             "seconds": round(time.monotonic() - started, 1),
         }
     )
     assert fired, f"{move}: the world never moved"
+    if move.kind.startswith("stopped"):
+        assert left == [], f"{move}: locks outlived the execution"
     watch.assert_clean()
     assert flows, f"{move}: the backend lost a node group"
     assert (outcome, end_state) == (move.expected, move.end_state), f"{move}: {end_state}"

@@ -25,6 +25,7 @@ import pytest
 from event_samples import ACCOUNT_ID, REGION, load_event
 from live.world import World, build_world
 from moto.elbv2.models import elbv2_backends
+from sg_reconciler.adapters.deployment import WINDOW_PREFIX
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
@@ -73,9 +74,16 @@ def runtime() -> Iterator[LocalRuntime]:
 
 @pytest.fixture
 def world(runtime: LocalRuntime) -> World:
-    """A fresh world in the running runtime: the stack stays, EC2 and ELBv2 start empty."""
+    """A fresh world in the running runtime: the stack stays, EC2 and ELBv2 start empty, and
+    so does the brake's window (it counts the rules of the account it was started in)."""
     moto_hooks.ec2_backend(REGION).reset()
     elbv2_backends[ACCOUNT_ID][REGION].reset()
+    table = runtime.ref("LockTable")
+    for item in runtime.clients.dynamodb.scan(TableName=table)["Items"]:
+        if item["group_id"]["S"].startswith(WINDOW_PREFIX):
+            runtime.clients.dynamodb.delete_item(
+                TableName=table, Key={"group_id": item["group_id"]}
+            )
     return build_world(runtime.clients.ec2, runtime.clients.elbv2)
 
 

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, Rule
+from sg_reconciler.errors import NotYetVisible
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, parse_policy
 from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
@@ -169,3 +171,50 @@ def test_a_failed_hand_over_gives_the_adopted_rules_back_exactly(
     assert described["error"] == "RolledBack", described
     assert rules_by_id(world) == before
     assert "handed back the 2 rule(s) it had adopted" in described["cause"]
+
+
+def test_adopt_live_is_not_ready_while_the_adopting_run_could_still_hand_the_rules_back(
+    lbc_world: DemoWorld,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the hand-over's run, whose new rules never show as visible after the settle
+    world = lbc_world
+    set_policy(world, handover_policy(world))
+    before = rules_by_id(world)
+    real = steps.verify
+
+    def lagging(event: dict[str, Any], *rest: Any) -> dict[str, Any]:
+        if event.get("mode") == "visible":
+            raise NotYetVisible("describe still lags")
+        return real(event, *rest)
+
+    monkeypatch.setattr(steps, "verify", lagging)
+    during: list[tuple[int, Any]] = []
+    clients = world.runtime.clients
+    desired = compute_live_plan(
+        clients.ec2, clients.elbv2, parse_policy(handover_policy(world))
+    ).desired
+    # When the operator checks during the settle, the rules adopted and the kubelet rule in
+    with (
+        world.runtime.waits.subscribe(
+            lambda _s: during.append(check(world, tmp_path, capsys)) if not during else None
+        ),
+        InvariantMonitor(clients.ec2, world.node_groups.values(), None, desired) as watch,
+    ):
+        described = reconcile(world)
+    # Then it is not ready and names the execution it waits for (before: ready, exit 0)
+    assert described is not None and described["error"] == "RolledBack"
+    name = described["executionArn"].rsplit(":", 1)[1]
+    ((code, report),) = during
+    assert len(report["adopted"]) == 2 and report["to_adopt"] == []
+    assert report["to_authorize"] == [] and report["cut"] == ""  # only the run holds it back
+    assert code == 3 and report["ready"] is False
+    assert [w.split(" ")[0] for w in report["waiting_for"]] == [name]
+    assert "rollback hands the adopted rules back" in report["waiting_for"][0]
+    # And after the rollback handed the rules back, it is still not ready: adopt again
+    assert rules_by_id(world) == before
+    code, report = check(world, tmp_path, capsys)
+    assert code == 3 and report["waiting_for"] == [] and len(report["to_adopt"]) == 2
+    assert watch.violations == []

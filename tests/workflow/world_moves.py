@@ -73,3 +73,42 @@ def set_policy(world: DemoWorld, text: str) -> None:
     world.runtime.clients.ssm.put_parameter(
         Name=world.runtime.ref("PolicyParameter"), Value=text, Type="String", Overwrite=True
     )
+
+
+MANAGED = "sg-reconciler/managed"  # the demo policy's selector tag
+
+
+def add_load_balancer(world: DemoWorld, index: int) -> tuple[str, str]:
+    """A managed NLB with a security group of its own and one NodePort Service on every
+    node; returns its ARN and its group."""
+    ec2, elbv2 = world.runtime.clients.ec2, world.runtime.clients.elbv2
+    name = f"k8s-extra-{index}"
+    group = ec2.create_security_group(GroupName=name, Description=name, VpcId=world.vpc_id)
+    lb = elbv2.create_load_balancer(
+        Name=name,
+        Type="network",
+        Scheme="internet-facing",
+        Subnets=world.subnet_ids,
+        SecurityGroups=[group["GroupId"]],
+        Tags=[{"Key": MANAGED, "Value": "true"}],
+    )["LoadBalancers"][0]["LoadBalancerArn"]
+    port = 31100 + index
+    tg = elbv2.create_target_group(
+        Name=name,
+        Protocol="TCP",
+        Port=port,
+        VpcId=world.vpc_id,
+        TargetType="instance",
+        HealthCheckPort="traffic-port",
+        HealthCheckProtocol="TCP",
+    )["TargetGroups"][0]["TargetGroupArn"]
+    elbv2.register_targets(
+        TargetGroupArn=tg, Targets=[{"Id": i, "Port": port} for i in world.instances]
+    )
+    elbv2.create_listener(
+        LoadBalancerArn=lb,
+        Protocol="TCP",
+        Port=80,
+        DefaultActions=[{"Type": "forward", "TargetGroupArn": tg}],
+    )
+    return lb, str(group["GroupId"])

@@ -25,12 +25,19 @@ from typing import TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 from sg_reconciler.adapters.aws import Clients, make_clients
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
+from sg_reconciler.adapters.executions import in_flight_hand_backs
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
 from sg_reconciler.core.quota import PrefixListSize
-from sg_reconciler.core.rules import DEFAULT_MAX_RULES_PER_GROUP, DEFAULT_OWNER, Rule, RuleError
+from sg_reconciler.core.rules import (
+    ADOPTED_BY_TAG_KEY,
+    DEFAULT_MAX_RULES_PER_GROUP,
+    DEFAULT_OWNER,
+    Rule,
+    RuleError,
+)
 from sg_reconciler.errors import ReconcilerError
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, PolicyError, load_policy_file
 
@@ -201,8 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
             "description), and authorizes the other desired rules first. This reads the "
             "account and says what the next run will adopt and authorize, what is adopted, "
             "and which of the other tool's rules stay its own (it revokes them when it stops "
-            "managing rules). Never writes. Exit 0 when ready (every desired rule is in place "
-            "and ours: the other tool may stop), 2 on bad input, 3 when not ready yet."
+            "managing rules). Never writes. Exit 0 when ready (every flow the other tool's "
+            "rules admit to a registered target is admitted without them, and no execution "
+            "that could hand adopted rules back is running: the other tool may stop), 2 on bad "
+            "input, 3 when not ready yet (it says which execution it waits for)."
         ),
     )
     _aws_options(adopt, "AWS access", "the account (or a local moto server); never writes")
@@ -232,6 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("text", "json"),
         default="text",
         help="text: the commented YAML policy (default); json: the same as data",
+    )
+    adopt.add_argument(
+        "--state-machine",
+        metavar="ARN",
+        help=(
+            "the stack's apply state machine, to see whether the execution that adopted rules "
+            "could still hand them back (default: looked up by the execution's name)"
+        ),
     )
     release = commands.add_parser(
         "release-brake",
@@ -424,6 +441,19 @@ def run_adopt(args: argparse.Namespace) -> int:
         print(render_plan(live.result))
         return EXIT_REFUSED
     desired_state = live.state
+    adopters = [
+        name
+        for r in live.current
+        if (name := r.tag(ADOPTED_BY_TAG_KEY)) and r.owned_by(policy.owner)
+    ]
+    try:
+        waiting = (
+            in_flight_hand_backs(_clients(args).stepfunctions, adopters, args.state_machine)
+            if adopters
+            else []
+        )
+    except ReconcilerError as err:
+        raise InputError(f"AWS refused a Step Functions read: {err}") from None
     state = hand_over(
         live.result,
         live.current,
@@ -431,6 +461,8 @@ def run_adopt(args: argparse.Namespace) -> int:
         policy.adopt_descriptions,
         desired_state.target_ports if desired_state else {},
         desired_state.lookup_misses if desired_state else (),
+        live.vpcs,
+        waiting,
     )
     if args.output == "json":
         print(json.dumps(handover_to_dict(state), indent=2))

@@ -100,20 +100,28 @@ def render_handover(
         )
     if state.unknown_targets:
         lines.append(
-            "targets whose security group is unknown (their rules cannot be checked): "
-            + ", ".join(state.unknown_targets)
+            "targets whose security group is unknown, which the other tool's rules may admit "
+            "(nobody can tell whether they lose a flow): " + ", ".join(state.unknown_targets)
         )
+    if state.unrelated_unknown:
+        lines.append(
+            "targets whose security group is unknown, beyond the other tool's rules (listed, "
+            "not waited for): " + ", ".join(state.unrelated_unknown)
+        )
+    for execution in state.waiting_for:
+        lines.append(f"waiting for execution {execution}")
     if state.ready:
         lines.append(
-            "ready: every desired rule is in place and owned; the other tool may stop "
-            "managing rules now (README: Next to the AWS Load Balancer Controller)"
+            "ready: every flow the other tool's rules admit to a registered target is admitted "
+            "without them, and no run in flight can hand adopted rules back; the other tool "
+            "may stop managing rules now (README: Next to the AWS Load Balancer Controller)"
         )
     else:
         lines.append(
             "not ready: the next run (scheduled, or any trigger) adopts and authorizes the "
             "rules above; traffic targets still need from the other tool's own rules, or "
             "targets of unknown group, need a policy that derives them (e.g. client_cidrs); "
-            "run this again before the other tool stops"
+            "an execution in flight must end first; run this again before the other tool stops"
         )
     return "\n".join(lines)
 
@@ -128,4 +136,6 @@ def handover_to_dict(state: HandOver) -> dict[str, Any]:
         "beyond_desired": state.beyond_desired.describe(limit=20) if state.beyond_desired else "",
         "cut": state.cut.describe(limit=20) if state.cut else "",
         "unknown_targets": list(state.unknown_targets),
+        "unrelated_unknown_targets": list(state.unrelated_unknown),
+        "waiting_for": list(state.waiting_for),
     }

@@ -68,7 +68,7 @@ class Clients:
     dynamodb: DynamoDBClient  # the brake's records (release-brake)
     sts: Any  # who releases a brake (no type stubs installed for STS)
     cloudformation: Any  # a stack's outputs (status)
-    stepfunctions: Any  # a stack's recent executions (status)
+    stepfunctions: Any  # recent executions (status); whether an adopter could hand back (adopt)
 
 
 def make_clients(

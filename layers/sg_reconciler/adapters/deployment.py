@@ -4,23 +4,26 @@ The owner claim is an SSM parameter the stack creates, named for the owner
 (`/sg-reconciler/owners/<owner>`) and holding the stack id: a second stack with the same
 owner fails to deploy, and a run refuses to start when the claim names another stack
 (invariant 10). Brake releases live in the lock table, one item per released set of
-revocations, expiring after a day (invariant 12).
+revocations, expiring after a day (invariant 12), and so does the brake's window, one item
+per scope (the deployment, each binding), expiring when the window ends (invariant 14).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from sg_reconciler.adapters.aws import typed_aws_errors
+from sg_reconciler.core.brake import WindowCount
 from sg_reconciler.errors import BadConfiguration
 
 HELD_PREFIX = "brake-held#"
 RELEASE_PREFIX = "brake-release#"
+WINDOW_PREFIX = "brake-window#"
 RECORD_SECONDS = 86_400
 
 
@@ -116,6 +119,88 @@ class BrakeReleases:
                     **attributes,
                 },
             )
+
+
+class RevocationLog:
+    """The brake's window in the lock table: per scope, when it started, the owned rules
+    then, and the ids of the rules taken away since (a string set). The item expires with
+    the window (the table's TTL attribute); the next plan starts a new one."""
+
+    def __init__(
+        self, dynamodb: Any, table: str, seconds: int, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.dynamodb, self.table, self.seconds, self.clock = dynamodb, table, seconds, clock
+
+    def current(self, owned: Mapping[str, int]) -> dict[str, WindowCount]:
+        counts: dict[str, WindowCount] = {}
+        for scope, rules in owned.items():
+            found = self._read(scope)
+            if found is None:
+                found = self._start(scope, rules)
+            counts[scope] = found
+        return counts
+
+    def record(self, removed: Mapping[str, Sequence[str]]) -> None:
+        now = int(self.clock())
+        for scope, ids in removed.items():
+            if not ids:
+                continue
+            with typed_aws_errors():
+                try:  # only into a window still open; a closed one is started again later
+                    self.dynamodb.update_item(
+                        TableName=self.table,
+                        Key={"group_id": {"S": WINDOW_PREFIX + scope}},
+                        UpdateExpression="ADD revoked :ids",
+                        ConditionExpression="lease_expires_at > :now",
+                        ExpressionAttributeValues={
+                            ":ids": {"SS": sorted(set(ids))},
+                            ":now": {"N": str(now)},
+                        },
+                    )
+                except ClientError as err:
+                    if (
+                        err.response.get("Error", {}).get("Code")
+                        != "ConditionalCheckFailedException"
+                    ):
+                        raise
+
+    def _read(self, scope: str) -> WindowCount | None:
+        with typed_aws_errors():
+            item = self.dynamodb.get_item(
+                TableName=self.table,
+                Key={"group_id": {"S": WINDOW_PREFIX + scope}},
+                ConsistentRead=True,
+            ).get("Item")
+        if not item or int(item.get("lease_expires_at", {}).get("N", "0")) <= self.clock():
+            return None
+        return WindowCount(
+            started_at=int(item["recorded_at"]["N"]),
+            owned_at_start=int(item["owned_at_start"]["N"]),
+            revoked=frozenset(item.get("revoked", {}).get("SS", [])),
+        )
+
+    def _start(self, scope: str, owned: int) -> WindowCount:
+        """A new window from now; when another invocation started one meanwhile, that one."""
+        now = int(self.clock())
+        with typed_aws_errors():
+            try:
+                self.dynamodb.put_item(
+                    TableName=self.table,
+                    Item={
+                        "group_id": {"S": WINDOW_PREFIX + scope},
+                        "holder": {"S": "the brake"},
+                        "recorded_at": {"N": str(now)},
+                        "lease_expires_at": {"N": str(now + self.seconds)},
+                        "owned_at_start": {"N": str(owned)},
+                    },
+                    ConditionExpression="attribute_not_exists(group_id) OR lease_expires_at <= :now",
+                    ExpressionAttributeValues={":now": {"N": str(now)}},
+                )
+            except ClientError as err:
+                if err.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                return self._read(scope) or WindowCount(now, owned)
+        return WindowCount(now, owned)
 
 
 def _held(item: dict[str, Any]) -> HeldRevokes:

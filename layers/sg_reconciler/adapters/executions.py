@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -57,3 +58,62 @@ def start_execution(
         if status in STILL_RUNNING:
             return False
     return False
+
+
+def in_flight_hand_backs(
+    stepfunctions: Any, adopters: Sequence[str], state_machine_arn: str | None
+) -> list[str]:
+    """The executions a hand-over waits for before it is ready (`adopt --live`): an adopting
+    execution still running (its rollback would hand the adopted rules back), and, when one
+    ended without success (its adoptions unverified), every execution of the machine in
+    flight. An adopter found nowhere is waited for too: nobody can tell. `state_machine_arn`
+    None looks for each adopter in every state machine of the account and region."""
+    waiting: list[str] = []
+    unsettled = False
+    machines = [state_machine_arn] if state_machine_arn else None
+    for name in sorted(set(adopters)):
+        with typed_aws_errors():
+            found = _find_execution(stepfunctions, name, machines)
+        if found is None:
+            waiting.append(
+                f"{name} (adopted rules, but no such execution was found: give --state-machine)"
+            )
+            continue
+        machine, status = found
+        machines = machines or [machine]
+        if status in STILL_RUNNING:
+            waiting.append(
+                f"{name} ({status.lower()}: if it fails, its rollback hands the adopted rules back)"
+            )
+        elif status != "SUCCEEDED":
+            unsettled = True
+    if unsettled and machines:
+        with typed_aws_errors():
+            pages = stepfunctions.get_paginator("list_executions").paginate(
+                stateMachineArn=machines[0], statusFilter="RUNNING"
+            )
+            running = [e["name"] for page in pages for e in page.get("executions", [])]
+        waiting += [
+            f"{name} (running while the adopting run ended without success)"
+            for name in running
+            if not any(w.startswith(f"{name} ") for w in waiting)
+        ]
+    return waiting
+
+
+def _find_execution(
+    stepfunctions: Any, name: str, machines: list[str] | None
+) -> tuple[str, str] | None:
+    """(state machine ARN, status) of the execution named `name`, or None."""
+    if machines is None:
+        pages = stepfunctions.get_paginator("list_state_machines").paginate()
+        machines = [m["stateMachineArn"] for page in pages for m in page.get("stateMachines", [])]
+    for machine in machines:
+        try:
+            described = stepfunctions.describe_execution(executionArn=execution_arn(machine, name))
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+                raise
+            continue
+        return machine, str(described["status"])
+    return None

@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.errors import LockBusy, LockLost
 
+STOPPED_PREFIX = "stopped#"  # the janitor's record of an ended execution: no lock of it
 _FREE_OR_MINE = "attribute_not_exists(group_id) OR lease_expires_at < :now OR holder = :me"
 
 
@@ -125,3 +126,26 @@ class GroupLocks:
         with typed_aws_errors():
             held = [item["group_id"]["S"] for page in pages for item in page.get("Items", [])]
         return self.release(held, holder)
+
+    def mark_stopped(self, holder: str, lease_seconds: int) -> None:
+        """The janitor's record that `holder`'s execution ended, written before it frees the
+        locks; it expires with a lease (the TTL attribute), long after any lock step ends."""
+        now = int(self.clock())
+        with typed_aws_errors():
+            self.dynamodb.put_item(
+                TableName=self.table,
+                Item={
+                    "group_id": {"S": STOPPED_PREFIX + holder},
+                    "holder": {"S": "the lock janitor"},
+                    "lease_expires_at": {"N": str(now + lease_seconds)},
+                },
+            )
+
+    def stopped(self, holder: str) -> bool:
+        with typed_aws_errors():
+            item = self.dynamodb.get_item(
+                TableName=self.table,
+                Key={"group_id": {"S": STOPPED_PREFIX + holder}},
+                ConsistentRead=True,
+            ).get("Item")
+        return item is not None

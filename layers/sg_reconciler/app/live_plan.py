@@ -16,9 +16,12 @@ from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import (
     BrakeFacts,
     BrakeVerdict,
+    binding_scope,
+    by_scope,
     check_brake,
     check_lookup_misses,
     hold_revokes,
+    net_removals,
 )
 from sg_reconciler.core.desired import (
     DesiredState,
@@ -28,7 +31,7 @@ from sg_reconciler.core.desired import (
 from sg_reconciler.core.narrow import leaves_room, stands
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import defer_revokes, make_plan
-from sg_reconciler.core.ports import InventoryReader
+from sg_reconciler.core.ports import InventoryReader, RevocationWindow
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import Peer, Rule, rule_to_dict
 from sg_reconciler.core.scope import Scope
@@ -55,6 +58,7 @@ class LivePlan:
     # group id -> Name tag or GroupName, for the groups in play and the groups they admit
     names: Mapping[str, str] = field(default_factory=dict)
     narrowed: Scope | None = None  # planned from this event scope's read alone (it stands)
+    vpcs: Mapping[str, str] = field(default_factory=dict)  # group id -> VPC, of the read
 
     def needed_by(self, rule: Rule) -> tuple[str, ...]:
         """What needs a desired rule (target groups and their load balancers, static rules)."""
@@ -80,13 +84,16 @@ def plan_from_inventory(
     *,
     partial: bool = False,
     released: Released | None = None,
+    window: RevocationWindow | None = None,
 ) -> LivePlan:
     """The pure half of `compute_live_plan` (no AWS): scope, desired state, plan and brake.
 
     `partial` (the Lambdas): a group that cannot be planned holds back the revokes, not the
     whole reconcile; see `make_plan`. Owned rules in groups the policy does not reach
     (another VPC) are reported and never touched (invariant 10). `released` says whether an
-    operator released the brake for a set of revocations (invariant 12)."""
+    operator released the brake for a set of revocations (invariant 12); `window`, the
+    brake's memory of the removals it let through (invariant 14), is read, and told of this
+    plan's removals when they may go."""
     state = compute_desired(inventory, policy.desired_settings())
     conflicts = [f"policy: {why}" for why in state.conflicts.values()]
     if conflicts and not partial:
@@ -115,14 +122,22 @@ def plan_from_inventory(
     ]
     verdict, was_released = None, False
     if isinstance(result, Plan):
+        if inventory.narrowed_to is not None:
+            window = None  # an event's read does not see every owned rule
+        owned = [r for r in inventory.rules if r.owned_by(policy.owner)]
+        scopes = brake_scopes(inventory, policy)
+        counts = {scope: len(rules) for scope, rules in by_scope(owned, scopes).items()}
         facts = BrakeFacts(
-            owned_rules=sum(1 for r in inventory.rules if r.owned_by(policy.owner)),
+            owned_rules=len(owned),
             selected_load_balancers=len(inventory.load_balancers),
             groups_with_targets=frozenset(
                 g for tg in inventory.target_groups for t in tg.targets for g in t.group_ids
             ),
             max_revoke_percent=policy.brake.max_revoke_percent,
             min_revokes=policy.brake.min_revokes,
+            window={} if window is None else window.current(counts),
+            scopes=scopes,
+            owned_now=counts,
         )
         verdict = check_brake(result, current, desired, policy.owner, facts)
         missed = check_lookup_misses(
@@ -144,6 +159,16 @@ def plan_from_inventory(
                 )
             else:
                 result = hold_revokes(result, verdict, current)
+        if window is not None and (verdict is None or was_released):
+            removed = net_removals(result, current, desired, policy.owner)
+            if removed:
+                window.record(
+                    {
+                        scope: [r.rule_id or "" for r in rules]
+                        for scope, rules in by_scope(removed, scopes).items()
+                        if rules
+                    }
+                )
     return LivePlan(
         result=result,
         desired=desired,
@@ -155,7 +180,37 @@ def plan_from_inventory(
         released=was_released,
         unreached=tuple(unreached),
         names=_names(inventory, groups, desired),
+        vpcs={g: sg.vpc_id for g, sg in inventory.groups.items()},
     )
+
+
+def brake_scopes(inventory: Inventory, policy: Policy) -> dict[str, frozenset[str]]:
+    """The groups each binding puts rules in, for the brake's window per binding: its named
+    groups, the groups with its tag, or the groups that host the targets of the load
+    balancers it selects now (a load balancer gone from the selection takes its targets'
+    groups out of its binding; the deployment's window still counts their rules)."""
+    scopes: dict[str, frozenset[str]] = {}
+    for binding in policy.desired_settings().bindings:
+        if binding.destination == "named_groups":
+            groups = frozenset(binding.named_groups)
+        elif binding.destination == "tagged_groups" and binding.tag_key:
+            groups = frozenset(
+                g
+                for g, sg in inventory.groups.items()
+                if (value := sg.tag(binding.tag_key)) is not None
+                and binding.tag_value in (None, value)
+            )
+        else:
+            selected = {lb.arn for lb in inventory.load_balancers if binding.selects(lb.tags)}
+            groups = frozenset(
+                g
+                for tg in inventory.target_groups
+                if selected & set(tg.load_balancer_arns)
+                for t in tg.targets
+                for g in t.group_ids
+            )
+        scopes[binding_scope(binding.name)] = groups
+    return scopes
 
 
 def _limits(policy: Policy, inventory: Inventory) -> Limits:
@@ -216,6 +271,7 @@ def compute_live_plan(
     quotas: Any = None,
     released: Released | None = None,
     read: InventoryReader = read_inventory,
+    window: RevocationWindow | None = None,
 ) -> LivePlan:
     """Read, derive and plan; `scope` None or full plans every group the policy covers.
 
@@ -224,7 +280,8 @@ def compute_live_plan(
     any) and leaves room to replace our rules it did not judge, else the account is read in
     full. `quotas` (a Service Quotas client) reads the
     account's rule quota; without it the AWS default applies unless the policy sets one.
-    `read` reads the account (a fake in tests)."""
+    `read` reads the account (a fake in tests); `window` is the brake's memory, used by a
+    full read only (an event's read does not see every owned rule)."""
     inventory = read(ec2, elbv2, policy, quotas, narrow)
     peers = inventory.narrowed_to
     if peers is not None and narrow is not None:
@@ -241,7 +298,9 @@ def compute_live_plan(
         ):
             return replace(live, narrowed=narrow)
         inventory = read(ec2, elbv2, policy, quotas)  # the full read decides
-    return plan_from_inventory(inventory, policy, scope, partial=partial, released=released)
+    return plan_from_inventory(
+        inventory, policy, scope, partial=partial, released=released, window=window
+    )
 
 
 class Replan(Protocol):

@@ -79,6 +79,7 @@ from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import (
     AuthorizeFailed,
+    ExecutionStopped,
     GroupNotFound,
     InvalidPlan,
     LockLost,
@@ -163,8 +164,19 @@ def _groups(request: GroupsInput, store: PlanStorage) -> list[str]:
 def acquire_locks(
     event: object, store: PlanStorage, locks: LockStore, lease_seconds: int
 ) -> dict[str, Any]:
+    """'Lock the groups'. A lock taken for an execution that has already ended would outlive
+    it by a whole lease (the janitor came and went before it was taken), so the step checks,
+    after taking them, whether the janitor recorded the execution as ended, and if so gives
+    them back (invariant 13). The janitor writes its record before it scans for locks: either
+    this check sees the record, or the janitor's scan sees these locks."""
     request = parse(LockInput, event)
     held = locks.acquire(_groups(request, store), request.holder, lease_seconds)
+    if locks.stopped(request.holder):
+        given_back = locks.release(held, request.holder)
+        raise ExecutionStopped(
+            f"execution {request.holder} ended while its groups were being locked; "
+            f"the {len(given_back)} lock(s) taken were given back"
+        )
     return LocksOutput(held=len(held)).model_dump()
 
 
@@ -177,15 +189,21 @@ def release_locks(event: object, store: PlanStorage, locks: LockStore) -> dict[s
 STOPPED = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
 
 
-def release_after_stop(event: object, locks: LockStore, state_machine_arn: str) -> dict[str, Any]:
+def release_after_stop(
+    event: object, locks: LockStore, state_machine_arn: str, lease_seconds: int
+) -> dict[str, Any]:
     """Release the locks an execution still holds once it ended without its last state (a
     stop by hand, a timeout, a failure past every Catch), instead of waiting out the lease
-    (invariant 13). Idempotent: only this execution's locks, each deleted on that condition."""
+    (invariant 13). At once: an invocation of it still running is stopped by fencing
+    (invariant 14). The record that it ended comes first, so a lock step still in flight
+    gives back what it takes. Idempotent: only this execution's locks, each deleted on that
+    condition."""
     detail = parse(StatusChangeEvent, event).detail
     if detail.status not in STOPPED or detail.stateMachineArn != state_machine_arn:
         return JanitorOutput(
             released=0, ignored=f"{detail.status} of {detail.stateMachineArn}"
         ).to_dict()
+    locks.mark_stopped(detail.name, lease_seconds)
     released = locks.release_held_by(detail.name)
     return JanitorOutput(released=len(released), execution=detail.name).to_dict()
 

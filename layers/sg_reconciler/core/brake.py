@@ -9,13 +9,19 @@ revokes wait, an alarm fires, until an operator releases exactly that set of rev
 A revoke that only makes way for a rule allowing the same traffic (31000-32000 replaced by
 31000-32500) takes nothing away, so the brake counts *net* removals: owned rules whose
 traffic the group's new rules do not allow.
+
+The brake remembers (invariant 14): load balancers leaving the selection one at a time
+(the LBC strips tags it did not set, one Service reconcile at a time) make a series of
+plans that each take away a small share. The removals let through are counted over a
+window (a day by default) against the owned rules at the window's start, for the whole
+deployment and for each binding, so the series is held once together it crosses the share.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from sg_reconciler.core.desired import LookupMiss
 from sg_reconciler.core.phases import split_phases
@@ -28,6 +34,34 @@ DEFAULT_MAX_REVOKE_PERCENT = 50
 DEFAULT_MIN_REVOKES = 10  # below this many net removals the share alone never holds a plan
 
 
+DEPLOYMENT = "deployment"  # the window's scope of every owned rule
+
+
+def binding_scope(name: str) -> str:
+    """The window's scope of one binding's rules."""
+    return f"binding {name}"
+
+
+@dataclass(frozen=True)
+class WindowCount:
+    """One scope's window: the owned rules when it started, and the ids of the rules taken
+    away since (a set: a plan checked again, under the lock and after the settle, counts its
+    rules once)."""
+
+    started_at: int
+    owned_at_start: int
+    revoked: frozenset[str] = frozenset()
+
+
+def by_scope(rules: Iterable[Rule], scopes: Mapping[str, frozenset[str]]) -> dict[str, list[Rule]]:
+    """The rules of each scope: every rule for the deployment, a binding's by their group."""
+    listed = list(rules)
+    found = {DEPLOYMENT: listed}
+    for scope, groups in scopes.items():
+        found[scope] = [r for r in listed if r.group_id in groups]
+    return found
+
+
 @dataclass(frozen=True)
 class BrakeFacts:
     """What the brake weighs a plan against, from the whole read (not only the scope)."""
@@ -37,6 +71,10 @@ class BrakeFacts:
     groups_with_targets: frozenset[str]  # groups hosting a registered target
     max_revoke_percent: int = DEFAULT_MAX_REVOKE_PERCENT
     min_revokes: int = DEFAULT_MIN_REVOKES
+    # The window so far per scope (DEPLOYMENT, binding_scope(name)); empty: no memory
+    window: Mapping[str, WindowCount] = field(default_factory=dict)
+    scopes: Mapping[str, frozenset[str]] = field(default_factory=dict)  # binding -> groups
+    owned_now: Mapping[str, int] = field(default_factory=dict)  # owned rules per scope now
 
 
 @dataclass(frozen=True)
@@ -85,6 +123,7 @@ def check_brake(
             f"the plan would take away {len(removed)} of the deployment's {facts.owned_rules} owned "
             f"rules ({share:.0f}%, over the brake's {facts.max_revoke_percent}%)"
         )
+    reasons += _over_the_window(removed, facts)
     wanted_groups = {r.group_id for r in desired}
     for group_id in sorted(
         {r.group_id for r in removed} & facts.groups_with_targets - wanted_groups
@@ -99,6 +138,28 @@ def check_brake(
     ids = sorted(r.rule_id or "" for r in removed)
     fingerprint = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
     return BrakeVerdict("; ".join(reasons), fingerprint)
+
+
+def _over_the_window(removed: list[Rule], facts: BrakeFacts) -> list[str]:
+    """Scopes where this plan's removals and those let through earlier in the window
+    together take away more than the share of the rules owned at the window's start."""
+    reasons = []
+    for scope, rules in by_scope(removed, facts.scopes).items():
+        count = facts.window.get(scope)
+        now = {r.rule_id or "" for r in rules}
+        if count is None or not now or not count.revoked - now:
+            continue  # nothing here, or nothing earlier: the per-plan check is enough
+        total = len(count.revoked | now)
+        # Rules added since the window started count too: owned now plus those gone since
+        base = max(count.owned_at_start, facts.owned_now.get(scope, 0) + len(count.revoked - now))
+        share = 100 * total / max(base, 1)
+        if share > facts.max_revoke_percent and total >= facts.min_revokes:
+            reasons.append(
+                f"{scope}: with this plan, {total} of the {base} rules owned in the brake's "
+                f"window (since {count.started_at}) would have been taken away "
+                f"({share:.0f}%, over the brake's {facts.max_revoke_percent}%)"
+            )
+    return reasons
 
 
 def check_lookup_misses(

@@ -3,8 +3,10 @@
 Adoption itself is a plan step (`Adopt`, run by the state machine with the authorizations);
 this says, from a live plan, what the next run will adopt and authorize, what is already
 adopted, and which of the other tool's rules stay its own: when it stops managing rules it
-revokes those. The hand-over is ready only when every desired rule is in place and ours,
-and nothing a registered target is reached on would go with the other tool's rules.
+revokes those. Readiness is scoped to the hand-over and must not be undone: ready when
+every flow the other tool's rules admit to a registered target is admitted by what stays
+once they go (our rules, others'), no target of unknown group could be reached through
+them, and no execution that could still hand adopted rules back is in flight.
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ class HandOver:
     left_to_owner: tuple[Rule, ...]  # the other tool's rules that nothing desires
     beyond_desired: Traffic  # what only those rules admit: it goes when their owner stops
     cut: Traffic  # of that, what registered targets are reached on: the owner must not stop
-    unknown_targets: tuple[str, ...] = ()  # targets whose group is unknown (lookup misses)
+    # targets of unknown group that the other tool's rules may admit (a port and VPC of
+    # theirs): nobody can tell whether they lose a flow
+    unknown_targets: tuple[str, ...] = ()
+    unrelated_unknown: tuple[str, ...] = ()  # other targets of unknown group: listed only
+    waiting_for: tuple[str, ...] = ()  # executions that could still hand adopted rules back
 
     @property
     def ready(self) -> bool:
-        """Whether the other tool may stop: every desired rule is in place and ours, and no
-        target would lose a flow, or has a group nobody can tell."""
-        return not (self.to_adopt or self.to_authorize or self.cut or self.unknown_targets)
+        """Whether the other tool may stop: no target would lose a flow when its rules go,
+        none of unknown group could, and no run in flight could hand adopted rules back."""
+        return not (self.cut or self.unknown_targets or self.waiting_for)
 
 
 def hand_over(
@@ -44,8 +50,12 @@ def hand_over(
     descriptions: Iterable[str],
     target_ports: TargetPorts,
     misses: Sequence[LookupMiss] = (),
+    vpc_of: Mapping[str, str] | None = None,
+    waiting_for: Sequence[str] = (),
 ) -> HandOver:
-    """The hand-over from the rules whose description is one of `descriptions`."""
+    """The hand-over from the rules whose description is one of `descriptions`. `vpc_of`
+    (group -> VPC) ties a lookup miss to the other tool's rules in its VPC (without it, by
+    port alone); `waiting_for` names the runs in flight that could hand adopted rules back."""
     theirs = set(descriptions)
     wanted = list(desired)
     to_adopt = tuple(s for s in plan.steps if isinstance(s, Adopt))
@@ -61,15 +71,43 @@ def hand_over(
     )
     gone = {r.rule_id for r in left}
     after = Traffic.of([*(r for r in current if r.rule_id not in gone), *wanted])
+    # Every rule still the other tool's (to adopt or left) goes when it stops; what stays
+    # is what exists now without them, not what the next run would add.
+    theirs_now = [r for r in left] + [r for r in current if r.rule_id in adopting]
+    going = {r.rule_id for r in theirs_now}
+    stays = Traffic.of([r for r in current if r.rule_id not in going])
+    related = [m for m in misses if _admitted_by(m, theirs_now, vpc_of)]
     return HandOver(
         to_adopt=to_adopt,
         to_authorize=tuple(r for s in plan.steps if isinstance(s, Authorize) for r in s.rules),
         adopted=tuple(r for r in current if r.tag(ADOPTED_BY_TAG_KEY) is not None),
         left_to_owner=left,
         beyond_desired=Traffic.of(current) - after,
-        cut=Traffic.of(_reached(left, target_ports)) - after,
-        unknown_targets=tuple(dict.fromkeys(f"{m.target_id} in {m.target_group}" for m in misses)),
+        cut=Traffic.of(_reached(theirs_now, target_ports)) - stays,
+        unknown_targets=_named(related),
+        unrelated_unknown=_named(m for m in misses if m not in related),
+        waiting_for=tuple(waiting_for),
     )
+
+
+def _named(misses: Iterable[LookupMiss]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(f"{m.target_id} in {m.target_group}" for m in misses))
+
+
+def _admitted_by(miss: LookupMiss, rules: Iterable[Rule], vpc_of: Mapping[str, str] | None) -> bool:
+    """Whether one of `rules` may admit the target: a port of it, in its VPC (or any group
+    whose VPC is not known)."""
+    for rule in rules:
+        key = rule.key
+        vpc = (vpc_of or {}).get(rule.group_id)
+        if vpc is not None and vpc != miss.vpc_id:
+            continue
+        if key.protocol == "-1" or (
+            key.protocol == miss.protocol
+            and any(key.from_port <= p <= key.to_port for p in miss.ports)
+        ):
+            return True
+    return False
 
 
 def _reached(rules: Iterable[Rule], target_ports: TargetPorts) -> list[RuleKey]:

@@ -10,14 +10,17 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 - `InventoryReader`: the account as the desired state needs it
   (`adapters.inventory.read_inventory`).
 - `ExecutionStarter`: start the apply state machine (`wiring.execution_starter`).
+- `RevocationWindow`: the brake's memory of removals let through
+  (`adapters.deployment.RevocationLog`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sg_reconciler.core.account import Inventory
+from sg_reconciler.core.brake import WindowCount
 from sg_reconciler.core.plan import Adopt
 from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
 from sg_reconciler.core.scope import Scope
@@ -116,6 +119,14 @@ class LockStore(Protocol):
         """Free every lock the holder still has, wherever it is."""
         ...
 
+    def mark_stopped(self, holder: str, lease_seconds: int) -> None:
+        """Record that the holder's execution ended (the janitor, before it frees locks)."""
+        ...
+
+    def stopped(self, holder: str) -> bool:
+        """Whether the janitor recorded the holder's execution as ended."""
+        ...
+
 
 class PlanStorage(Protocol):
     """A plan's groups and its phases' batches, outside the execution state (invariant 13).
@@ -171,3 +182,17 @@ class InventoryReader(Protocol):
     def __call__(
         self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None, scope: Scope | None = None
     ) -> Inventory: ...
+
+
+class RevocationWindow(Protocol):
+    """The brake's memory (invariant 14): per scope (the deployment, each binding), the rules
+    owned when the window started and the ids of the rules taken away since."""
+
+    def current(self, owned: Mapping[str, int]) -> dict[str, WindowCount]:
+        """Each scope's window; one that ran out (or never started) starts now, with
+        `owned[scope]` rules."""
+        ...
+
+    def record(self, removed: Mapping[str, Sequence[str]]) -> None:
+        """Count rules a plan takes away in each scope's window (ids already there count once)."""
+        ...

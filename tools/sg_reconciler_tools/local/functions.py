@@ -163,6 +163,32 @@ class HandlerHost:
                     self._restore_environment()
                     self._turn.notify_all()
 
+    @contextmanager
+    def step_aside(self) -> Iterator[None]:
+        """Called inside an invocation: give up its turn (other functions may run, as in
+        their own sandboxes), then wait for the turn of its function again. The handler's
+        configuration was read when it started, so the environment may change meanwhile."""
+        with self._turn:
+            owner, count = self._active
+            if owner is None or count == 0:
+                raise RuntimeError("step_aside is for code running inside a handler")
+            self._active = (owner if count > 1 else None, count - 1)
+            if count == 1:
+                self._restore_environment()
+                self._turn.notify_all()
+        try:
+            yield
+        finally:
+            with self._turn:
+                while self._active[1] and self._active[0] != owner:
+                    self._turn.wait()
+                if self._active[1] == 0:
+                    self._set_environment(self._by_logical_id(owner))
+                self._active = (owner, self._active[1] + 1)
+
+    def _by_logical_id(self, logical_id: str) -> FunctionSpec:
+        return next(s for s in self._by_name.values() if s.logical_id == logical_id)
+
     def _call(self, spec: FunctionSpec, event: Any) -> tuple[LambdaResult, Invocation]:
         context = LambdaContext(
             function_name=spec.name,

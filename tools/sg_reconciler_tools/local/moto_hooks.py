@@ -1081,6 +1081,58 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
     )
 
 
+def patch_stop_as_aws(listener: Callable[[Any], None]) -> Patch:
+    """StopExecution ends the execution at once, as on AWS: its status is ABORTED right away
+    and `listener(execution)` runs then (the status change), while a Lambda task already
+    running goes on ("Stopping an execution does not stop a Lambda invocation already
+    running"; StopExecution in the Step Functions API Reference).
+
+    moto 5.2.5's `Execution.stop` only flags the program; the status stays RUNNING until the
+    interpreter's thread leaves the state it is in (a Lambda task returns), and only then is
+    the status set. The listener also runs from `on_execution_end` when that thread ends: the
+    runtime delivers one status change per execution."""
+    from moto.stepfunctions.parser.api import ExecutionStatus
+    from moto.stepfunctions.parser.backend.execution import (
+        BaseExecutionWorkerCommunication,
+        Execution,
+    )
+
+    owner = "moto.stepfunctions.parser.backend.execution.Execution"
+    original = _require(Execution, "stop", owner)
+    reflect_owner = "moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication"
+    reflect = _require(BaseExecutionWorkerCommunication, "_reflect_execution_status", reflect_owner)
+    mark = "_sg_reconciler_stopped"  # on the execution: (date, error, cause) of the stop
+
+    def stop(self: Any, stop_date: Any, error: str | None, cause: str | None) -> None:
+        original(self, stop_date, error, cause)
+        if self.exec_status == ExecutionStatus.RUNNING:
+            self.exec_status = ExecutionStatus.ABORTED
+            self.stop_date = stop_date
+            setattr(self, mark, (stop_date, error, cause))
+            listener(self)
+
+    def _reflect_execution_status(self: Any) -> None:
+        # A task that ends after the stop (it failed, say) must not turn ABORTED into FAILED
+        reflect(self)
+        stopped = getattr(self.execution, mark, None)
+        if stopped is not None:
+            self.execution.exec_status = ExecutionStatus.ABORTED
+            self.execution.stop_date, self.execution.error, self.execution.cause = stopped
+
+    return _together(
+        "StopExecution as on AWS",
+        [
+            _replace(Execution, "stop", stop, owner),
+            _replace(
+                BaseExecutionWorkerCommunication,
+                "_reflect_execution_status",
+                _reflect_execution_status,
+                reflect_owner,
+            ),
+        ],
+    )
+
+
 # Writes AWS applies atomically per call; moto's backends check and change state without a
 # lock, so two threads could both pass one conditional write.
 ATOMIC_WRITES: Final[Mapping[str, tuple[str, ...]]] = {

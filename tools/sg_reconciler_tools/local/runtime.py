@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -147,6 +147,7 @@ class LocalRuntime:
         self._stopping = False
         self._deliveries = 0  # status-change events being delivered right now
         self._status_targets: list[tuple[str, dict[str, Any]]] = []  # functions, patterns
+        self._delivered: set[str] = set()  # executions whose final status change went out
         self._delivering = threading.Condition()
         self._patches: list[moto_hooks.Patch] = []
         self._saved_environment: dict[str, str | None] = {}
@@ -431,6 +432,15 @@ class LocalRuntime:
             raise FunctionFailed(str(payload.get("errorType")), str(payload.get("errorMessage")))
         return payload
 
+    @contextlib.contextmanager
+    def step_aside(self) -> Iterator[None]:
+        """Inside a handler (a listener of `retry_sleeps` or `pacer_sleeps`, say): let the other
+        functions run meanwhile, as separate Lambda sandboxes do, then take the turn back. A
+        test plays what happens while an invocation backs off: a stop, the janitor, another
+        execution from start to end."""
+        with self._handlers.step_aside():
+            yield
+
     def before_invoke(self, listener: Callable[[str, Any], None]) -> moto_hooks.Patch:
         """Call `listener(logical id, event)` right before each handler runs, until undone."""
         host = self._handlers
@@ -467,6 +477,7 @@ class LocalRuntime:
         self._put_stack("create", template)
         self._host_functions(code_dirs)
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
+        self._patches.append(moto_hooks.patch_stop_as_aws(self._status_changed))
 
     def update(
         self, template_path: str | Path, *, parameters: Mapping[str, str] | None = None
@@ -641,15 +652,25 @@ class LocalRuntime:
         """Deliver Step Functions' "Execution Status Change" event to the functions whose
         rules match it, as EventBridge would (moto sends none, and its EventBridge cannot
         deliver to a Lambda target: `cfn_workarounds.lambda_rule_targets`)."""
-        if self._stopping:
-            return
-        event = status_change_event(execution)
-        for logical_id, pattern in self._status_targets:
-            if moto_hooks.matches_event_pattern(pattern, event):
-                try:
-                    self.invoke(logical_id, event)
-                except Exception as err:
-                    logging.getLogger(__name__).warning(f"{logical_id} failed on {event}: {err}")
+        with self._delivering:
+            if self._stopping or execution.exec_arn in self._delivered:
+                return  # one status change per execution (a stop reports it at once)
+            self._delivered.add(execution.exec_arn)
+            self._deliveries += 1
+        try:
+            event = status_change_event(execution)
+            for logical_id, pattern in self._status_targets:
+                if moto_hooks.matches_event_pattern(pattern, event):
+                    try:
+                        self.invoke(logical_id, event)
+                    except Exception as err:
+                        logging.getLogger(__name__).warning(
+                            f"{logical_id} failed on {event}: {err}"
+                        )
+        finally:
+            with self._delivering:
+                self._deliveries -= 1
+                self._delivering.notify_all()
 
 
 def _stack_parameters(
