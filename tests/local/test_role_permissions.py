@@ -63,7 +63,7 @@ PARTITION = "aws"
 OWNER_ATTRIBUTE = "_sg_reconciler_function"  # set on a thread while a handler runs in it
 INSIDE_AWS_ATTRIBUTE = "_sg_reconciler_inside_aws"  # set while moto serves a call
 STATE_MACHINE_ROLE = "ApplyPlanStateMachine"
-# The partition key of the lock table (docs/contracts.md): group ids, and the brake's records.
+# The lock table's partition key (template.yaml): group ids, and the brake's records.
 LOCK_KEY = "group_id"
 # Calls no IAM policy governs (STS: "no permissions are required to perform this operation").
 NO_PERMISSION_NEEDED = frozenset({"sts:GetCallerIdentity"})
