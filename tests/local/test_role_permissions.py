@@ -63,6 +63,7 @@ PARTITION = "aws"
 OWNER_ATTRIBUTE = "_sg_reconciler_function"  # set on a thread while a handler runs in it
 INSIDE_AWS_ATTRIBUTE = "_sg_reconciler_inside_aws"  # set while moto serves a call
 STATE_MACHINE_ROLE = "ApplyPlanStateMachine"
+FLEET_BUS = "sg-reconciler-fleet"
 # The lock table's partition key (template.yaml): group ids, and the brake's records.
 LOCK_KEY = "group_id"
 # Calls no IAM policy governs (STS: "no permissions are required to perform this operation").
@@ -200,6 +201,11 @@ class Recorder:
         found = ec2.describe_security_group_rules(SecurityGroupRuleIds=list(ids))
         rules: list[dict[str, Any]] = [dict(rule) for rule in found["SecurityGroupRules"]]
         return rules
+
+
+def fleet_bus_arn() -> str:
+    """The central bus, here in the same account (moto has one account)."""
+    return arn("events", f"event-bus/{FLEET_BUS}")
 
 
 def arn(service: str, resource: str) -> str:
@@ -514,7 +520,20 @@ def run_scenarios(make: Callable[[LocalRuntime], Recorder]) -> Observed:
         calls += recorder.calls
         statements.append(role_policies(runtime))
         invoked |= {i.logical_id for i in runtime.invocations}
+    # 3. With a fleet bus: the outcome reporter reads how the execution ended and reports it.
+    with LocalRuntime(TEMPLATE, parameters={"FleetEventBusArn": fleet_bus_arn()}) as runtime:
+        recorder = make(runtime)
+        runtime.clients.events.create_event_bus(Name=FLEET_BUS)
+        world = build_world(runtime)
+        succeeded(reconcile(world))
+        deadline = time.monotonic() + 10
+        while not any(c.function == "ReportOutcomeFunction" for c in recorder.calls):
+            assert time.monotonic() < deadline, "the outcome reporter never ran"
+            time.sleep(0.05)
+        calls += recorder.calls
+        statements.append(role_policies(runtime))
     invoked -= {"PlannerFunction"}  # invoked by the test, as its queue and schedule would
+    invoked -= {"ReleaseLocksAfterStopFunction", "ReportOutcomeFunction"}  # by EventBridge
     return Observed(calls, statements, invoked, arns, machine["definition"])
 
 
@@ -547,6 +566,8 @@ def test_the_scenarios_make_the_calls_that_need_the_narrow_grants(observed: Obse
         ("CheckPlanFunction", "dynamodb:BatchWriteItem"),
         ("PlannerFunction", "dynamodb:GetItem"),
         ("PlannerFunction", "servicequotas:GetServiceQuota"),
+        ("ReportOutcomeFunction", "states:DescribeExecution"),
+        ("ReportOutcomeFunction", "events:PutEvents"),
     ]:
         assert needed in made, needed
     prefix_lists = [
@@ -589,7 +610,9 @@ def granted_beyond(observed: Observed) -> dict[str, set[str]]:
         for request in call.authorizations:
             used.setdefault(call.function, set()).add(request.action.lower())
     beyond: dict[str, set[str]] = {}
-    for owner, statements in observed.statements[0].items():
+    for owner, statements in {
+        k: v for each in observed.statements for k, v in each.items()
+    }.items():
         for statement in statements:
             for action in listed(statement["Action"]):
                 if action.lower() not in used.get(owner, set()):
