@@ -527,7 +527,7 @@ def run_scenarios(make: Callable[[LocalRuntime], Recorder]) -> Observed:
         world = build_world(runtime)
         succeeded(reconcile(world))
         deadline = time.monotonic() + 10
-        while not any(c.function == "ReportOutcomeFunction" for c in recorder.calls):
+        while not any(i.logical_id == "ReportOutcomeFunction" for i in runtime.invocations):
             assert time.monotonic() < deadline, "the outcome reporter never ran"
             time.sleep(0.05)
         calls += recorder.calls
