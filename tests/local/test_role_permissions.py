@@ -9,11 +9,14 @@ rule's tags at the time of the call, the tags requested, the item's partition ke
 judged against the inline policies of that function's role read back from moto's IAM (the
 template's `!Sub`, `!If` and `!GetAtt` resolved by its CloudFormation).
 
-Resource types and condition keys follow the Service Authorization Reference:
+Resource types and condition keys follow the Service Authorization Reference (as of
+December 2026):
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html
-(a rule's write authorizes on the `security-group`, the `security-group-rule` and, when its
-peer is one, the `prefix-list`; tags created with `TagSpecifications` also need
-`ec2:CreateTags` with `ec2:CreateAction`),
+(AuthorizeSecurityGroupIngress: the `security-group`, and the new `security-group-rule` with
+`aws:RequestTag` only when the request has `TagSpecifications`, whose tags also need
+`ec2:CreateTags` with `ec2:CreateAction`; RevokeSecurityGroupIngress: the `security-group`
+only; ModifySecurityGroupRules: the `security-group`, each `security-group-rule` with its
+tags, and the `prefix-list` of a rule whose peer is one),
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html
 (`dynamodb:LeadingKeys`: the partition key values of the items a request reads or writes) and
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_servicequotas.html.
@@ -160,38 +163,36 @@ class Recorder:
             for rule in self.rules(params["Resources"]):
                 yield Authorization(action, rule_arn(rule), {**resource_tags(rule), **requested})
             return
+        # The resource types each action authorizes on, as the Service Authorization
+        # Reference lists them (see the module docstring).
         group = arn("ec2", f"security-group/{params['GroupId']}")
         yield Authorization(action, group)
         if operation == "AuthorizeSecurityGroupIngress":
+            # the new rule is authorized (with the requested tags) only when the request
+            # tags it; the tags on create need ec2:CreateTags with ec2:CreateAction
             requested = {}
             for spec in params.get("TagSpecifications", []):
                 requested |= request_tags(spec.get("Tags", []))
-            new_rule = arn("ec2", "security-group-rule/(new)")
-            yield Authorization(action, new_rule, requested)
-            if requested:  # the tags on create: ec2:CreateTags with ec2:CreateAction
+            if requested:
+                new_rule = arn("ec2", "security-group-rule/(new)")
+                yield Authorization(action, new_rule, requested)
                 context = {**requested, "ec2:CreateAction": operation}
                 yield Authorization("ec2:CreateTags", new_rule, context)
-            for permission in params.get("IpPermissions", []):
-                for peer in permission.get("PrefixListIds", []):
-                    yield Authorization(action, arn("ec2", f"prefix-list/{peer['PrefixListId']}"))
             return
         if operation == "RevokeSecurityGroupIngress":
-            ids = params.get("SecurityGroupRuleIds", [])
-            new_peers: list[str] = []
-        elif operation == "ModifySecurityGroupRules":
-            updates = params["SecurityGroupRules"]
-            ids = [u["SecurityGroupRuleId"] for u in updates]
-            new_peers = [
-                u["SecurityGroupRule"]["PrefixListId"]
-                for u in updates
-                if u.get("SecurityGroupRule", {}).get("PrefixListId")
-            ]
-        else:
+            return  # the security group only
+        if operation != "ModifySecurityGroupRules":
             raise AssertionError(f"no IAM model for {action}: add one to this test")
-        rules = self.rules(ids)
+        updates = params["SecurityGroupRules"]
+        rules = self.rules([u["SecurityGroupRuleId"] for u in updates])
         for rule in rules:
             yield Authorization(action, rule_arn(rule), resource_tags(rule))
-        peers = {r["PrefixListId"] for r in rules if r.get("PrefixListId")} | set(new_peers)
+        peers = {r["PrefixListId"] for r in rules if r.get("PrefixListId")}
+        peers |= {
+            u["SecurityGroupRule"]["PrefixListId"]
+            for u in updates
+            if u.get("SecurityGroupRule", {}).get("PrefixListId")
+        }
         for peer in sorted(peers):
             yield Authorization(action, arn("ec2", f"prefix-list/{peer}"))
 
@@ -573,10 +574,14 @@ def test_the_scenarios_make_the_calls_that_need_the_narrow_grants(observed: Obse
     prefix_lists = [
         a for c in observed.calls for a in c.authorizations if ":prefix-list/" in a.resource
     ]
-    assert {a.action for a in prefix_lists} >= {
-        "ec2:AuthorizeSecurityGroupIngress",
-        "ec2:RevokeSecurityGroupIngress",
-    }
+    assert {a.action for a in prefix_lists} == {"ec2:ModifySecurityGroupRules"}
+    owned_rules = [
+        a
+        for c in observed.calls
+        for a in c.authorizations
+        if a.action == "ec2:ModifySecurityGroupRules" and ":security-group-rule/" in a.resource
+    ]
+    assert owned_rules, "no modify of a rule was judged with its tags"
 
 
 def test_every_call_is_allowed_by_its_functions_role(observed: Observed) -> None:
