@@ -365,10 +365,11 @@ def plan_locked(
                 if r.rule_id in planned.stale and r.rule_id not in gone
             )
             if kept:
-                notes.append(
+                note = (
                     f"kept {len(kept)} rule(s) the planner would revoke ({', '.join(kept[:5])}): "
                     "the read under the locks shows traffic that still needs them"
                 )
+                result = replace(result, notes=(*result.notes, note))
         verdict = check_lookup_misses(
             result,
             current,

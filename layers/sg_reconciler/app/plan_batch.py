@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sg_reconciler.app.contracts import ExecutionInput, PlanRef, Trigger
-from sg_reconciler.app.live_plan import LivePlan, Replan
-from sg_reconciler.app.planned import Planned, put_planned
+from sg_reconciler.app.live_plan import Replan
+from sg_reconciler.app.planned import planned_by, put_planned
 from sg_reconciler.app.scope_store import put_scope
-from sg_reconciler.core.brake import taken_away
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
 from sg_reconciler.core.ports import ExecutionStarter, PlanStorage
 from sg_reconciler.core.scope import Scope
@@ -51,16 +50,6 @@ def execution_name(plan: Plan, now: float) -> str:
     week is not (Standard workflow names stay taken for 90 days)."""
     bucket = time.strftime("%Y%m%dT%H%M", time.gmtime(now - now % EXECUTION_NAME_BUCKET_SECONDS))
     return f"{plan.plan_id()}-{bucket}"
-
-
-def planned_by(live: LivePlan, plan: Plan) -> Planned:
-    """What the steps under the locks need of this plan: its groups' desired rules and the
-    rules it takes away (app/planned.py)."""
-    groups = set(plan.groups)
-    return Planned(
-        tuple(r for r in live.desired if r.group_id in groups),
-        frozenset(taken_away(plan, live.current)),
-    )
 
 
 def plan_batch(

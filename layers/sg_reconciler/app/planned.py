@@ -1,5 +1,7 @@
 """What the planner planned, kept in the plan store for the steps under the locks: the
-desired rules of the plan's groups and the ids of the rules its plan revokes or rewrites.
+desired rules of the plan's groups and the ids of the rules its plan revokes or rewrites
+(under the plan's hash), and the same of the refresh's plan (under the execution's name) for
+the re-plan after the settle.
 
 With them the refresh and the re-plan after the settle read only the locked groups' rules
 and the closure of what they revoke, not the account (docs/architecture.md, "Reads"): the
@@ -9,10 +11,12 @@ started by hand, inline) is refreshed from a full read, as before."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sg_reconciler.core.brake import taken_away
+from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.ports import PlanStorage
 from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict, rule_to_dict
 from sg_reconciler.errors import InvalidPlan
@@ -20,6 +24,9 @@ from sg_reconciler.errors import InvalidPlan
 PLANNED_PART = "planned"  # one item: how many desired rules and stale ids follow
 DESIRED_PART = "desired"
 STALE_PART = "stale"
+if TYPE_CHECKING:
+    from sg_reconciler.app.live_plan import LivePlan
+
 RULES_PER_PART = 400  # about 100 KB, far under DynamoDB's 400 KB item
 IDS_PER_PART = 2_000
 
@@ -30,6 +37,16 @@ class Planned:
 
     desired: tuple[Rule, ...]
     stale: frozenset[str]  # rule ids its plan revokes or rewrites into other traffic
+
+
+def planned_by(live: LivePlan, plan: Plan, groups: Collection[str] | None = None) -> Planned:
+    """What the steps under the locks need of a plan: the desired rules of its groups (or
+    of `groups`, the locked ones) and the rules it takes away."""
+    kept = set(plan.groups if groups is None else groups)
+    return Planned(
+        tuple(r for r in live.desired if r.group_id in kept),
+        frozenset(taken_away(plan, live.current)),
+    )
 
 
 def put_planned(store: PlanStorage, key: str, planned: Planned) -> None:

@@ -41,7 +41,7 @@ from sg_reconciler.app.contracts import (
     VerifyInput,
     VerifyOutput,
 )
-from sg_reconciler.app.planned import Planned, stored_planned
+from sg_reconciler.app.planned import Planned, planned_by, put_planned, stored_planned
 from sg_reconciler.app.scope_store import put_scope, stored_scope
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
@@ -204,6 +204,8 @@ def refresh_plan(
         live = replan(Scope(group_ids=frozenset(groups)), stored_scope(store, request.groups_key))
     result = _locked_plan(live, groups)
     put_scope(store, request.plan_id, live.narrowed)  # a retried refresh may read in full
+    if planned is not None:  # what "Re-plan the revokes after the settle" starts from
+        put_planned(store, request.plan_id, planned_by(live, result, groups))
     doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
     batches = phase_batches(doc, pacing.concurrency)
     for phase in PHASE_NAMES:
@@ -251,8 +253,8 @@ def replan_revokes(
     if not before.revoke:
         store.put_phase(request.plan_id, "revoke", [])
         return RevokesOutput(revoke=[], deferred="").model_dump()
-    planned = stored_planned(store, request.groups_key) if locked is not None else None
-    if locked is not None and planned is not None:
+    planned = stored_planned(store, request.plan_id) if locked is not None else None
+    if locked is not None and planned is not None:  # from the refresh's desired rules
         live = locked(groups, Planned(planned.desired, frozenset(stale_before)))
     else:
         live = replan(Scope(group_ids=frozenset(groups)))
