@@ -250,3 +250,18 @@ def test_a_removal_the_planner_did_not_plan_is_held() -> None:
     assert revoked(live) == set()
     assert reader.target_healths == 0
     assert isinstance(live.result, Plan) and "did not plan" in live.result.held
+
+
+def test_a_rule_replaced_by_a_wider_one_reads_no_target_group() -> None:
+    # Given the #3639 change planned: a's 30000 rule replaced by 30000-30010 (it takes no
+    # traffic away: the new rule allows all the old one did)
+    inventory = account({"a": 1, "b": 400})
+    old = next(r for r in inventory.rules if r.group_id == CLUSTERS["a"][1])
+    wider = Rule(old.key._replace(to_port=30010), old.description)
+    planned = Planned((wider,), frozenset({old.rule_id or ""}))
+    # When the refresh plans under the locks
+    reader = Reader(inventory)
+    live = compute_locked_plan(None, None, policy(), [old.group_id], planned, read=reader)  # type: ignore[arg-type]
+    # Then it authorizes the wider rule and revokes the old one, having read no target group
+    assert revoked(live) == {old.rule_id}
+    assert reader.target_healths == 0 and [a.peers for a in reader.asked] == [frozenset()]

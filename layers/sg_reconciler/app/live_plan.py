@@ -20,6 +20,7 @@ from sg_reconciler.core.brake import (
     check_brake,
     check_lookup_misses,
     hold_revokes,
+    net_removals,
     taken_away,
     withhold_revokes,
 )
@@ -278,20 +279,21 @@ def compute_locked_plan(
     """The plan under the locks from the locked groups' rules and the plan's closure only
     (docs/architecture.md, "Reads"), never the account.
 
-    First the locked groups' rules (EC2 only): when none of the rules the planner planned
-    to take away is still there, nothing can go, the planner's desired rules are the plan's,
-    and no load balancer or target group is read. Otherwise the closure of those rules (the
-    target groups whose load balancer admits one of their peers) is read with the rules
+    First the locked groups' rules (EC2 only), planned against the planner's desired rules:
+    when that plan takes no traffic away (nothing to revoke, or a rule replaced by one that
+    allows at least as much, as in #3639), it is the plan, and no load balancer or target
+    group is read. Otherwise the closure of what it takes away (the target groups whose
+    load balancer admits the peer of a rule whose traffic would go) is read with the rules
     again: for those peers the desired rules are derived afresh, exactly as a full read
     would, so a rule their traffic still needs stays. Address sources (no group closure)
     read the account, as before."""
     wanted = frozenset(groups)
     first = read(ec2, elbv2, policy, Locked(wanted, frozenset()), quotas)
-    peers = frozenset(
-        r.key.peer for r in first.rules if r.group_id in wanted and r.rule_id in planned.stale
-    )
-    if not peers:
+    net = _locked_raw(first, policy, wanted, planned).net_removals(policy.owner)
+    if not net or any(r.rule_id not in planned.stale for r in net):
+        # Nothing goes, or what goes was not planned: held without a read (plan_locked).
         return plan_locked(first, policy, wanted, planned, released=released)
+    peers = frozenset(r.key.peer for r in net)
     bindings = policy.desired_settings().bindings
     if any(p.kind != "group" for p in peers) or any(
         b.source == "load_balancer_addresses" for b in bindings
@@ -304,22 +306,28 @@ def compute_locked_plan(
     return plan_locked(closure, policy, wanted, planned, released=released)
 
 
-def plan_locked(
-    inventory: Inventory,
-    policy: Policy,
-    groups: Collection[str],
-    planned: Planned,
-    *,
-    released: Released | None = None,
-) -> LivePlan:
-    """The pure half of `compute_locked_plan`: the locked groups' plan from a read of their
-    rules and of the closure of `inventory.narrowed_to` (none: their rules only).
+@dataclass(frozen=True)
+class _LockedRaw:
+    """The locked groups' plan before its guards (see `plan_locked`)."""
 
-    Desired rules from the closure's peers (and the policy's static rules) are derived from
-    the read; those from other peers are the planner's. Only rules the planner planned to
-    take away may go (its brake weighed exactly those, invariant 12); a lookup miss in the
-    closure holds the revokes as in the planner; a planned revoke the closure shows is still
-    needed is not made, and the plan says so."""
+    result: Plan | Refusal
+    current: list[Rule]
+    desired: list[Rule]
+    state: DesiredState
+    present: frozenset[str]
+
+    def net_removals(self, owner: str) -> list[Rule]:
+        """Rules the plan takes away whose traffic the groups' new rules do not allow."""
+        if not isinstance(self.result, Plan):
+            return []
+        return net_removals(self.result, self.current, self.desired, owner)
+
+
+def _locked_raw(
+    inventory: Inventory, policy: Policy, groups: Collection[str], planned: Planned
+) -> _LockedRaw:
+    """Desired rules from the read's closure peers (and the policy's static rules) derived
+    afresh, the others the planner's; planned make-before-break against the rules read."""
     peers = inventory.narrowed_to or frozenset()
     settings = policy.desired_settings()
     state = compute_desired(inventory, settings)
@@ -339,6 +347,30 @@ def plan_locked(
     adopt = policy.adopts if policy.adopt_descriptions else None
     limits = _limits(policy, inventory)
     result = make_plan(current, desired, policy.owner, limits, partial=True, adopt=adopt)
+    return _LockedRaw(result, current, desired, state, present)
+
+
+def plan_locked(
+    inventory: Inventory,
+    policy: Policy,
+    groups: Collection[str],
+    planned: Planned,
+    *,
+    released: Released | None = None,
+) -> LivePlan:
+    """The pure half of `compute_locked_plan`: the locked groups' plan from a read of their
+    rules and of the closure of `inventory.narrowed_to` (none: their rules only).
+
+    Desired rules from the closure's peers (and the policy's static rules) are derived from
+    the read; those from other peers are the planner's. Only rules the planner planned to
+    take away may go (its brake weighed exactly those, invariant 12), and one whose traffic
+    the new rules do not allow only when the read covered its peer's closure; a lookup miss
+    in the closure holds the revokes as in the planner; a planned revoke the closure shows
+    is still needed is not made, and the plan says so."""
+    peers = inventory.narrowed_to or frozenset()
+    raw = _locked_raw(inventory, policy, groups, planned)
+    result, current, desired = raw.result, raw.current, raw.desired
+    state, present = raw.state, raw.present
     notes = [*inventory.notes, *state.notes]
     conflicts = [f"policy: {why}" for g, why in state.conflicts.items() if g in present]
     if conflicts and isinstance(result, Plan):
@@ -347,7 +379,9 @@ def plan_locked(
     if isinstance(result, Plan):
         gone = taken_away(result, current)
         unjudged = {
-            r.rule_id or "" for r in current if r.rule_id in gone and r.key.peer not in peers
+            r.rule_id or ""
+            for r in net_removals(result, current, desired, policy.owner)
+            if r.key.peer not in peers
         }
         unplanned = sorted((gone - planned.stale) | unjudged)
         if unplanned:
