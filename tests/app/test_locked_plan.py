@@ -11,14 +11,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
+from app import test_narrow_reads as narrow_reads
+from hypothesis import event, given
+from hypothesis import strategies as st
 from sg_reconciler.adapters.inventory import Locked
 from sg_reconciler.app.live_plan import LivePlan, compute_locked_plan, plan_from_inventory
 from sg_reconciler.app.planned import Planned, planned_by
 from sg_reconciler.core.account import Inventory, LoadBalancer, SecurityGroup, Target, TargetGroup
+from sg_reconciler.core.desired import compute_desired
 from sg_reconciler.core.narrow import admitting
-from sg_reconciler.core.plan import Authorize, Plan, Revoke
+from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
 from sg_reconciler.core.scope import Scope
+from sg_reconciler.core.traffic import Traffic
 from sg_reconciler.policy import Policy, parse_policy
 
 OWNER = "sg-reconciler"
@@ -265,3 +270,60 @@ def test_a_rule_replaced_by_a_wider_one_reads_no_target_group() -> None:
     # Then it authorizes the wider rule and revokes the old one, having read no target group
     assert revoked(live) == {old.rule_id}
     assert reader.target_healths == 0 and [a.peers for a in reader.asked] == [frozenset()]
+
+
+def applied(rules: list[Rule], plan: Plan) -> list[Rule]:
+    """The rules once every call of `plan` ran."""
+    now = {r.rule_id: r for r in rules}
+    for n, step in enumerate(plan.steps):
+        if isinstance(step, Authorize):
+            now.update((f"new-{n}-{k}", r) for k, r in enumerate(step.rules))
+        elif isinstance(step, Revoke):
+            for rule_id in step.rule_ids:
+                now.pop(rule_id, None)
+        elif isinstance(step, Modify):
+            now[step.rule_id] = step.rule
+    return list(now.values())
+
+
+@given(narrow_reads.accounts(), st.data())
+def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
+    case: tuple[Inventory, Policy, Scope], data: st.DataObject
+) -> None:
+    # Given the planner's plan from one read, and the account changed since (targets moved)
+    before, chosen, _ = case
+    planned_live = plan_from_inventory(before, chosen, Scope.everything(), partial=True)
+    if not isinstance(planned_live.result, Plan) or not planned_live.result.steps:
+        return
+    plan = planned_live.result
+    moved = tuple(
+        replace(
+            tg,
+            targets=tuple(
+                replace(t, port=data.draw(st.sampled_from(narrow_reads.PORTS)))
+                for t in tg.targets
+                if data.draw(st.booleans())
+            ),
+        )
+        if data.draw(st.booleans())
+        else tg
+        for tg in before.target_groups
+    )
+    now = replace(before, target_groups=moved)
+    # When the refresh plans under the locks
+    reader = Reader(now)
+    planned = planned_by(planned_live, plan)
+    live = compute_locked_plan(None, None, chosen, plan.groups, planned, read=reader)  # type: ignore[arg-type]
+    if not isinstance(live.result, Plan):
+        return
+    event("revokes" if revoked(live) else "no revoke")
+    # Then no traffic the account needs now and the rules allow now is taken away
+    needed = compute_desired(now, chosen.desired_settings()).rules
+    current = [r for r in now.rules if r.group_id in plan.groups]
+    after = applied(current, live.result)
+    for group in plan.groups:
+        kept = Traffic.of([r for r in current if r.group_id == group])
+        kept &= Traffic.of([r for r in needed if r.group_id == group])
+        assert kept <= Traffic.of([r for r in after if r.group_id == group]), group
+    # and only rules the planner planned to take away went
+    assert revoked(live) <= planned.stale
