@@ -270,3 +270,18 @@ def test_a_revoke_whose_closure_shows_its_traffic_still_needed_is_held(world: De
     assert admits(world, node_a, 40000)
     assert (node_a, 40000, 40000) in ranges(world)
     assert any("still needs them" in note for note in output["summary"]["notes"]), output
+
+
+def test_the_3639_change_reads_no_load_balancer_under_the_locks(world: DemoWorld) -> None:
+    # Given the #3639 change found by the schedule (a Service whose events were missed):
+    # 31000-32000 must become 31000-32500 behind the shared backend group
+    world.add_service(32500)
+    # When the drift-repair run plans it and its execution runs
+    described, seen = run(world, scheduled_event())
+    # Then the range grew in both node groups (authorize, then revoke) and under the locks
+    # (refresh, re-plan after the settle) nothing but the node groups' rules was read: the
+    # old rule's traffic is all allowed by the new one, so no revoke takes anything away
+    summary = json.loads(described["output"])["summary"]
+    assert summary["rules_authorized"] == 2 and summary["rules_revoked"] == 2
+    assert ranges(world) == {(g, 31000, 32500) for g in world.node_groups.values()}
+    assert seen.elbv2() == 0, seen.calls
