@@ -365,7 +365,8 @@ def locked_rows(runs: list[dict[str, Any]]) -> list[Row]:
                 (
                     f"Reads of {label}, {n} target groups in the LBC layout "
                     f"({after['per_lb']} per NLB, one shared backend group), ReadsPerSecond "
-                    f"{pace:g}, under AwsReadLimits (model seconds)",
+                    f"{pace:g}, under AwsReadLimits (model seconds: the reads' latency and "
+                    "pacing, the settle, and this machine's own time x10)",
                     f"python -m benchmarks.bench_locked_reads --target-groups {n} "
                     f"--reads-per-second {pace:g}",
                     figure(after[scenario]),

@@ -391,8 +391,7 @@ def plan_locked(
                 f"({', '.join(unplanned[:5])}): the next run plans them"
             )
             result = withhold_revokes(result, reason, reason, current)
-            gone = set()
-        if peers:
+        elif peers:
             kept = sorted(
                 r.rule_id or ""
                 for r in current
