@@ -42,7 +42,7 @@ from sg_reconciler.app.contracts import (
     VerifyOutput,
 )
 from sg_reconciler.app.planned import Planned, planned_by, put_planned, stored_planned
-from sg_reconciler.app.scope_store import put_scope, stored_scope
+from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
@@ -203,7 +203,6 @@ def refresh_plan(
     else:
         live = replan(Scope(group_ids=frozenset(groups)), stored_scope(store, request.groups_key))
     result = _locked_plan(live, groups)
-    put_scope(store, request.plan_id, live.narrowed)  # a retried refresh may read in full
     if planned is not None:  # what "Re-plan the revokes after the settle" starts from
         put_planned(store, request.plan_id, planned_by(live, result, groups))
     doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
