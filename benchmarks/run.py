@@ -16,6 +16,7 @@ from typing import Any
 from benchmarks import (
     bench_cold_start,
     bench_desired,
+    bench_locked_reads,
     bench_planner,
     bench_reads,
     bench_rollback,
@@ -358,6 +359,50 @@ def reads_rows(runs: list[dict[str, Any]]) -> list[Row]:
     ]
 
 
+LOCKED_SIZES = (100, 500, 1000)
+
+
+def locked_rows(runs: list[dict[str, Any]]) -> list[Row]:
+    """Issue 18 item 5: the reads under the locks, before and after, under the read model."""
+
+    def part(f: dict[str, Any]) -> str:
+        return (
+            f"{f['elbv2_describes']} ELBv2 + {f['ec2_describes']} EC2 describes, "
+            f"{f['seconds']:.0f} s, {f['throttled']} throttled"
+        )
+
+    def figure(f: dict[str, Any]) -> str:
+        done = f["status"] if "summary" in f else f"{f['status']}: {f.get('cause', '')}"
+        return (
+            f"planner: {part(f['planner'])}; under the locks: {part(f['under_the_locks'])} ({done})"
+        )
+
+    rows: list[Row] = []
+    for run in runs:
+        before, after = run["before"], run["after"]
+        n, pace = after["target_groups"], after["reads_per_second"]
+        for scenario, label in (
+            (
+                "scheduled",
+                "a scheduled execution after a drift (a Service whose events were missed)",
+            ),
+            ("event", "an event-driven one-target change (a target registered on a new port)"),
+        ):
+            rows.append(
+                (
+                    f"Reads of {label}, {n} target groups in the LBC layout "
+                    f"({after['per_lb']} per NLB, one shared backend group), ReadsPerSecond "
+                    f"{pace:g}, under AwsReadLimits (model seconds: the reads' latency and "
+                    "pacing, the settle, and this machine's own time x10)",
+                    f"python -m benchmarks.bench_locked_reads --target-groups {n} "
+                    f"--reads-per-second {pace:g}",
+                    figure(after[scenario]),
+                    f"before ({before['code']}): {figure(before[scenario])}",
+                )
+            )
+    return rows
+
+
 def main() -> None:
     started = time.monotonic()
     print("planning benchmark...", flush=True)
@@ -375,6 +420,8 @@ def main() -> None:
     rollback = bench_rollback.denied_in_the_last_batch(2000)
     print("event-scoped reads on moto (100 and 500 load balancers)...", flush=True)
     reads = [bench_reads.event_calls(n) for n in (100, 500)]
+    print("reads under the locks, before and after (100, 500, 1,000 target groups)...", flush=True)
+    locked = [bench_locked_reads.compare(n, 4, 10.0) for n in LOCKED_SIZES]
     print("cold-start benchmark (each handler as deployed, before and after)...", flush=True)
     cold = bench_cold_start.run_benchmark()
     rows = (
@@ -385,6 +432,7 @@ def main() -> None:
         + scale_rows(scale)
         + rollback_rows(rollback)
         + reads_rows(reads)
+        + locked_rows(locked)
     )
     lines = [
         "# Benchmarks",

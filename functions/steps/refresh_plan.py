@@ -1,24 +1,27 @@
 """Steps 'Refresh the plan under the locks' and 'Re-plan the revokes after the settle': the
-planner's own code, run again under the locks."""
+planner's own code, run again under the locks on the locked groups' rules and the plan's
+closure."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.planned import Planned
 from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.settings import StepSettings, load_settings
-from sg_reconciler.wiring import live_planner, plan_store
+from sg_reconciler.wiring import plan_store, planners
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
-    plan_live, settle_seconds = live_planner(
+    plan_live, plan_locked, settle_seconds = planners(
         config, seconds_left=context.get_remaining_time_in_millis() / 1000
     )
 
@@ -28,8 +31,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         with typed_aws_errors():
             return plan_live(scope, narrow)
 
+    def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
+        with typed_aws_errors():
+            return plan_locked(groups, planned)
+
     store = plan_store(config)
     pacing = pacing_for(config.writes_per_second)
     if isinstance(event, dict) and event.get("mode") == "revokes":
-        return steps.replan_revokes(event, store, replan, pacing)
-    return steps.refresh_plan(event, store, replan, settle_seconds, config.owner, pacing)
+        return steps.replan_revokes(event, store, replan, pacing, locked)
+    return steps.refresh_plan(event, store, replan, settle_seconds, config.owner, pacing, locked)

@@ -6,6 +6,7 @@ below has mypy check that each adapter satisfies its port."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
     from sg_reconciler.adapters.deployment import RevocationLog
-    from sg_reconciler.app.live_plan import LivePlan, Replan
+    from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
+    from sg_reconciler.app.planned import Planned
     from sg_reconciler.core.ports import (
         ExecutionStarter,
         InventoryReader,
@@ -97,7 +99,17 @@ def plan_store(config: StepSettings | PlannerSettings, attempts: int = 3) -> Pla
 def live_planner(
     config: StepSettings | PlannerSettings, attempts: int = 1, seconds_left: float | None = None
 ) -> tuple[Replan, int]:
-    """The planner's read-derive-plan for this deployment, and the policy's settle time.
+    """The planner's read-derive-plan for this deployment, and the policy's settle time."""
+    replan, _, settle = planners(config, attempts, seconds_left)
+    return replan, settle
+
+
+def planners(
+    config: StepSettings | PlannerSettings, attempts: int = 1, seconds_left: float | None = None
+) -> tuple[Replan, LockedReplan, int]:
+    """The planner's read-derive-plan for this deployment, the same under the locks from
+    the locked groups' rules and the plan's closure (`compute_locked_plan`), and the
+    policy's settle time.
 
     Its EC2 and ELBv2 reads are paced at the deployment's read pace and a throttled read is
     retried until `seconds_left` (less a margin) has passed (invariant 15). The owner name
@@ -109,7 +121,7 @@ def live_planner(
         check_owner_claim,
     )
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
-    from sg_reconciler.app.live_plan import compute_live_plan
+    from sg_reconciler.app.live_plan import compute_live_plan, compute_locked_plan
 
     policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter).for_owner(
         config.owner
@@ -125,23 +137,38 @@ def live_planner(
     ec2 = reads.install(read_client("ec2", attempts))
     elbv2 = reads.install(read_client("elbv2", attempts))
 
-    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
-        live = compute_live_plan(
-            ec2,
-            elbv2,
-            policy,
-            scope,
-            narrow=narrow,
-            partial=True,
-            quotas=read_client("service-quotas", attempts),
-            released=releases.released if config.lock_table else None,
-            window=window if config.lock_table else None,
-        )
+    released = releases.released if config.lock_table else None
+
+    def recorded(live: LivePlan) -> LivePlan:
         if live.brake is not None and not live.released and config.lock_table:
             releases.record_held(live.brake.fingerprint, live.brake.reason)
         return live
 
-    return replan, policy.settle_seconds
+    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
+        quotas = read_client("service-quotas", attempts)
+        return recorded(
+            compute_live_plan(
+                ec2,
+                elbv2,
+                policy,
+                scope,
+                narrow=narrow,
+                partial=True,
+                quotas=quotas,
+                released=released,
+                window=window if config.lock_table else None,
+            )
+        )
+
+    def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
+        quotas = read_client("service-quotas", attempts)
+        return recorded(
+            compute_locked_plan(
+                ec2, elbv2, policy, groups, planned, quotas=quotas, released=released
+            )
+        )
+
+    return replan, locked, policy.settle_seconds
 
 
 def _adapters_fit_ports(

@@ -4,6 +4,7 @@ steps (visible, final, leftovers), on in-memory fakes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -12,6 +13,7 @@ from app.steps_world import SETTLE, World, caught
 from fakes import planner, rule
 from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import LivePlan
+from sg_reconciler.app.planned import Planned, put_planned
 from sg_reconciler.app.scope_store import put_scope
 from sg_reconciler.core.plan import (
     Adopt,
@@ -664,3 +666,77 @@ def test_a_failed_batch_notes_its_error_in_the_plan_store_and_the_map_keeps_its_
     timed_out = [{"batch": 7, "failed": True, "error": {"Error": "States.Timeout"}}]
     with pytest.raises(AuthorizeFailed, match=r"^States.Timeout$"):
         world.verify("visible", checked, timed_out)
+
+
+def locked_run(
+    world: World, checked: dict[str, Any]
+) -> tuple[list[tuple[list[str], Planned]], list[Scope], dict[str, Any], dict[str, Any]]:
+    """The refresh, its authorizations and the revoke re-plan, with a planner under the
+    locks (the fake's: the locked groups' rules against the planned desired rules, only
+    planned removals) beside the full one; what each was asked."""
+    asked: list[tuple[list[str], Planned]] = []
+    full: list[Scope] = []
+    plan_live = world.replan()
+
+    def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
+        full.append(scope)
+        return plan_live(scope, narrow)
+
+    def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
+        asked.append((list(groups), planned))
+        return planner(world.rules, list(planned.desired), world.owner)(
+            Scope(group_ids=frozenset(groups))
+        )
+
+    event = world.groups(checked, plan_id=checked["plan_id"])
+    work = steps.refresh_plan(event, world.plans, replan, SETTLE, world.owner, world.pacing, locked)
+    for batch in work["batches"]["authorize"]:
+        world.apply("authorize", batch, checked, len(work["batches"]["authorize"]))
+    revokes = steps.replan_revokes(
+        {**event, "mode": "revokes"}, world.plans, replan, world.pacing, locked
+    )
+    return asked, full, work, revokes
+
+
+def test_a_planned_plan_is_refreshed_under_the_locks_and_with_nothing_to_revoke_re_plans_nothing(
+    world: World,
+) -> None:
+    # Given a plan from the planner, which stored its desired rules (it only authorizes)
+    world.rules.add_group(G1)
+    world.desired = [rule(G1, 443)]
+    plan = world.plan()
+    checked = world.check(plan)
+    put_planned(world.plans, checked["groups_key"], Planned(tuple(world.desired), frozenset()))
+    world.lock(checked)
+    # When the refresh and the re-plan after the settle run
+    asked, full, work, revokes = locked_run(world, checked)
+    # Then the refresh planned under the locks from what the planner planned, the full
+    # planner was never asked, and the re-plan read nothing at all
+    assert work["changed"] is True
+    assert [(groups, p.desired) for groups, p in asked] == [([G1], (rule(G1, 443),))]
+    assert full == []
+    assert revokes == {"revoke": [], "deferred": ""}
+
+
+def test_the_re_plan_after_the_settle_starts_from_the_refresh_and_its_revokes(
+    world: World,
+) -> None:
+    # Given a plan that replaces our 80 by 443
+    world.rules.add_group(G1)
+    old = world.rules.put(rule(G1, 80), owner=world.owner)
+    world.desired = [rule(G1, 443)]
+    plan = world.plan()
+    checked = world.check(plan)
+    put_planned(
+        world.plans,
+        checked["groups_key"],
+        Planned(tuple(world.desired), frozenset({old.rule_id or ""})),
+    )
+    world.lock(checked)
+    # When the refresh and the re-plan after the settle run
+    asked, full, _, revokes = locked_run(world, checked)
+    # Then the re-plan was asked with the refresh's desired rules and its revokes only
+    assert full == []
+    assert len(asked) == 2
+    assert asked[1][1] == Planned((rule(G1, 443),), frozenset({old.rule_id or ""}))
+    assert revokes["revoke"] == [0] and not revokes["deferred"]

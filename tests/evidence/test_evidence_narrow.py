@@ -30,6 +30,7 @@ from evidence.evidence_kit import (
     wait_for,
 )
 from sg_reconciler.adapters.plan_store import PlanStore
+from sg_reconciler.app.planned import stored_planned
 from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.core.plan import Authorize, Plan
 from sg_reconciler_tools.demo.play import TEMPLATE, deliver_events, quiet_handlers, run_planner
@@ -136,9 +137,14 @@ def test_a_narrow_plan_under_a_failing_authorize_keeps_the_invariants_and_conver
         described = wait_for(runtime, execution)
     after_fault = {(r.key, r.rule_id) for r in world.node_rules()}
 
-    # Then: the plan and its refresh came from the narrow read, the fault fired, no state
+    # Then: the plan came from the narrow read and its refresh from the locked groups'
+    # rules (what the planner planned was stored), the fault fired, no state
     # between calls lost needed traffic, and the run ended as the matrix says
-    assert stored_scope(store, execution.rsplit(":", 1)[-1]) is not None, "refreshed in full"
+    key = json.loads(
+        runtime.clients.stepfunctions.describe_execution(executionArn=execution)["input"]
+    )["plan_ref"]["groups_key"]
+    assert stored_scope(store, key) is not None, "planned from the full read"
+    assert stored_planned(store, key) is not None, "refreshed from the whole account"
     assert fault.fired, f"{kind}: the fault never fired ({fault.calls} calls)"
     watch.assert_clean()
     assert outcome_of(described) == EXPECTED[kind]

@@ -42,7 +42,7 @@ from sg_reconciler.core.account import (
     tags_of,
 )
 from sg_reconciler.core.desired import ALWAYS_PRESERVED
-from sg_reconciler.core.narrow import Narrowing, narrow, narrowable
+from sg_reconciler.core.narrow import Narrowing, admitting, narrow, narrowable
 from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleError, ingress_rules
 from sg_reconciler.core.scope import Scope
@@ -108,6 +108,7 @@ class _Reader:
     policy: Policy
     quotas: Any = None  # a Service Quotas client, or None to plan with the AWS default
     scope: Scope | None = None  # an event's scope: read its peer closure only, if it can
+    locked: Locked | None = None  # under the locks: these groups' rules and their closure
 
     def __post_init__(self) -> None:
         self.notes: list[str] = []
@@ -488,11 +489,30 @@ class _Reader:
         )
         return found
 
+    def closure(self, lbs: list[LoadBalancer], raw_tgs: list[dict[str, Any]]) -> Narrowing:
+        """Under the locks: the target groups whose load balancer admits a peer whose rule
+        the plan revokes (core/narrow.py `admitting`), the only traffic such a revoke can
+        remove."""
+        assert self.locked is not None
+        peers = self.locked.peers
+        attached = {tg["TargetGroupArn"]: tg.get("LoadBalancerArns", []) for tg in raw_tgs}
+        found = admitting(peers, self.policy.desired_settings().bindings, lbs, attached)
+        if peers:
+            self.notes.append(
+                f"read under the locks: {len(found)} of {len(raw_tgs)} target group(s), the "
+                "ones whose load balancer admits a peer whose rule the plan revokes"
+            )
+        return Narrowing(peers, found)
+
     def read(self) -> Inventory:
         policy = self.policy
-        lbs = self.load_balancers()
-        raw_tgs = self.target_groups(lbs)
-        narrowed = self.narrowing(lbs, raw_tgs)
+        locked = self.locked
+        if locked is not None and not locked.peers:
+            lbs, raw_tgs = [], []  # nothing to revoke: the locked groups' rules are enough
+        else:
+            lbs = self.load_balancers()
+            raw_tgs = self.target_groups(lbs)
+        narrowed = self.narrowing(lbs, raw_tgs) if locked is None else self.closure(lbs, raw_tgs)
         if narrowed is not None:
             raw_tgs = [tg for tg in raw_tgs if tg["TargetGroupArn"] in narrowed.target_groups]
         # One call per target group, so they run a few at a time (boto3 clients are
@@ -562,11 +582,17 @@ class _Reader:
         for tg_model in target_groups:
             for target in tg_model.targets:
                 hosts.update(target.group_ids)
-        owned_peers = self.owned_groups()
-        if narrowed is not None:  # only groups whose rules from the closure's peers may go
-            owned_peers = {g: p for g, p in owned_peers.items() if p & narrowed.peers}
-        owned = set(owned_peers)
-        hosts |= owned
+        rule_hosts = hosts
+        if locked is not None:  # the locked groups' rules, not the account's
+            rule_hosts = set(locked.groups)
+            hosts |= rule_hosts
+            owned: set[str] = set()
+        else:
+            owned_peers = self.owned_groups()
+            if narrowed is not None:  # only groups whose rules from the closure's peers may go
+                owned_peers = {g: p for g, p in owned_peers.items() if p & narrowed.peers}
+            owned = set(owned_peers)
+            hosts |= owned
         read_lbs = {arn for tg in raw_tgs for arn in tg.get("LoadBalancerArns", [])}
         peers = {
             g for lb in lbs if narrowed is None or lb.arn in read_lbs for g in lb.security_groups
@@ -577,9 +603,11 @@ class _Reader:
             for r in policy.desired_settings().static_rules
             if r.key.peer.kind == "group"
         }
-        rules = self.rules(hosts)
+        rules = self.rules(rule_hosts)
+        if locked is not None:
+            owned = {r.group_id for r in rules if r.owned_by(policy.owner)}
         groups = self.groups(hosts | peers)  # after the rules: see the module docstring
-        dropped = sorted(g for g in hosts if g not in groups)
+        dropped = sorted(g for g in rule_hosts if g not in groups)
         if dropped:
             self.notes.append(
                 f"group(s) {', '.join(dropped)} not found (deleted?): dropped from scope"
@@ -605,6 +633,27 @@ class _Reader:
             vpc_cidrs=vpc_cidrs,
             narrowed_to=None if narrowed is None else narrowed.peers,
         )
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What the steps under the locks read: the locked groups' rules, and the target groups
+    whose load balancer admits one of `peers` (the peers of the rules the plan revokes)."""
+
+    groups: frozenset[str]
+    peers: frozenset[Peer]
+
+
+def read_locked(
+    ec2: EC2Client,
+    elbv2: ElasticLoadBalancingv2Client,
+    policy: Policy,
+    locked: Locked,
+    quotas: Any = None,
+) -> Inventory:
+    """The locked groups' rules and the closure of `locked.peers`, exact for those peers
+    (`narrowed_to`); no ELBv2 call at all when there are none."""
+    return _Reader(ec2, elbv2, policy, quotas, None, locked).read()
 
 
 def _associated(blocks: Iterable[Any], family: str) -> list[str]:

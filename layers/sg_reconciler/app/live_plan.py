@@ -7,11 +7,12 @@ one that started the execution.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sg_reconciler.adapters.inventory import read_inventory
+from sg_reconciler.adapters.inventory import Locked, read_inventory, read_locked
+from sg_reconciler.app.planned import Planned
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import (
     BrakeFacts,
@@ -22,6 +23,8 @@ from sg_reconciler.core.brake import (
     check_lookup_misses,
     hold_revokes,
     net_removals,
+    taken_away,
+    withhold_revokes,
 )
 from sg_reconciler.core.desired import (
     DesiredState,
@@ -308,3 +311,181 @@ class Replan(Protocol):
     to try first (see `compute_live_plan`)."""
 
     def __call__(self, scope: Scope, narrow: Scope | None = None) -> LivePlan: ...
+
+
+class LockedReader(Protocol):
+    """Read the locked groups' rules and the closure of some peers (adapters/inventory.py
+    `read_locked`; a fake in tests)."""
+
+    def __call__(
+        self, ec2: Any, elbv2: Any, policy: Policy, locked: Locked, quotas: Any = None
+    ) -> Inventory: ...
+
+
+def compute_locked_plan(
+    ec2: EC2Client,
+    elbv2: ElasticLoadBalancingv2Client,
+    policy: Policy,
+    groups: Collection[str],
+    planned: Planned,
+    *,
+    quotas: Any = None,
+    released: Released | None = None,
+    read: LockedReader = read_locked,
+    read_all: InventoryReader = read_inventory,
+) -> LivePlan:
+    """The plan under the locks from the locked groups' rules and the plan's closure only
+    (docs/architecture.md, "Reads"), never the account.
+
+    First the locked groups' rules (EC2 only), planned against the planner's desired rules:
+    when that plan takes no traffic away (nothing to revoke, or a rule replaced by one that
+    allows at least as much, as in #3639), it is the plan, and no load balancer or target
+    group is read. Otherwise the closure of what it takes away (the target groups whose
+    load balancer admits the peer of a rule whose traffic would go) is read with the rules
+    again: for those peers the desired rules are derived afresh, exactly as a full read
+    would, so a rule their traffic still needs stays. Address sources (no group closure)
+    read the account, as before."""
+    wanted = frozenset(groups)
+    first = read(ec2, elbv2, policy, Locked(wanted, frozenset()), quotas)
+    net = _locked_raw(first, policy, wanted, planned).net_removals(policy.owner)
+    if not net or any(r.rule_id not in planned.stale for r in net):
+        # Nothing goes, or what goes was not planned: held without a read (plan_locked).
+        return plan_locked(first, policy, wanted, planned, released=released)
+    peers = frozenset(r.key.peer for r in net)
+    bindings = policy.desired_settings().bindings
+    if any(p.kind != "group" for p in peers) or any(
+        b.source == "load_balancer_addresses" for b in bindings
+    ):
+        inventory = read_all(ec2, elbv2, policy, quotas)
+        return plan_from_inventory(
+            inventory, policy, Scope(group_ids=wanted), partial=True, released=released
+        )
+    closure = read(ec2, elbv2, policy, Locked(wanted, peers), quotas)
+    return plan_locked(closure, policy, wanted, planned, released=released)
+
+
+@dataclass(frozen=True)
+class _LockedRaw:
+    """The locked groups' plan before its guards (see `plan_locked`)."""
+
+    result: Plan | Refusal
+    current: list[Rule]
+    desired: list[Rule]
+    state: DesiredState
+    present: frozenset[str]
+
+    def net_removals(self, owner: str) -> list[Rule]:
+        """Rules the plan takes away whose traffic the groups' new rules do not allow."""
+        if not isinstance(self.result, Plan):
+            return []
+        return net_removals(self.result, self.current, self.desired, owner)
+
+
+def _locked_raw(
+    inventory: Inventory, policy: Policy, groups: Collection[str], planned: Planned
+) -> _LockedRaw:
+    """Desired rules from the read's closure peers (and the policy's static rules) derived
+    afresh, the others the planner's; planned make-before-break against the rules read."""
+    peers = inventory.narrowed_to or frozenset()
+    settings = policy.desired_settings()
+    state = compute_desired(inventory, settings)
+    present = frozenset(groups) & inventory.groups.keys()
+    static = {r.key for r in settings.static_rules}
+    exact = [
+        r for r in state.rules if r.group_id in present and (r.key.peer in peers or r.key in static)
+    ]
+    known = {r.key for r in exact}
+    others = [
+        r
+        for r in planned.desired
+        if r.group_id in present and r.key.peer not in peers and r.key not in known
+    ]
+    desired = [*exact, *others]
+    current = [r for r in inventory.rules if r.group_id in present]
+    adopt = policy.adopts if policy.adopt_descriptions else None
+    limits = _limits(policy, inventory)
+    result = make_plan(current, desired, policy.owner, limits, partial=True, adopt=adopt)
+    return _LockedRaw(result, current, desired, state, present)
+
+
+def plan_locked(
+    inventory: Inventory,
+    policy: Policy,
+    groups: Collection[str],
+    planned: Planned,
+    *,
+    released: Released | None = None,
+) -> LivePlan:
+    """The pure half of `compute_locked_plan`: the locked groups' plan from a read of their
+    rules and of the closure of `inventory.narrowed_to` (none: their rules only).
+
+    Desired rules from the closure's peers (and the policy's static rules) are derived from
+    the read; those from other peers are the planner's. Only rules the planner planned to
+    take away may go (its brake weighed exactly those, invariant 12), and one whose traffic
+    the new rules do not allow only when the read covered its peer's closure; a lookup miss
+    in the closure holds the revokes as in the planner; a planned revoke the closure shows
+    is still needed is not made, and the plan says so."""
+    peers = inventory.narrowed_to or frozenset()
+    raw = _locked_raw(inventory, policy, groups, planned)
+    result, current, desired = raw.result, raw.current, raw.desired
+    state, present = raw.state, raw.present
+    notes = [*inventory.notes, *state.notes]
+    conflicts = [f"policy: {why}" for g, why in state.conflicts.items() if g in present]
+    if conflicts and isinstance(result, Plan):
+        result = defer_revokes(result, conflicts)
+    verdict, was_released = None, False
+    if isinstance(result, Plan):
+        gone = taken_away(result, current)
+        unjudged = {
+            r.rule_id or ""
+            for r in net_removals(result, current, desired, policy.owner)
+            if r.key.peer not in peers
+        }
+        unplanned = sorted((gone - planned.stale) | unjudged)
+        if unplanned:
+            reason = (
+                f"the plan under the locks would take away {len(unplanned)} rule(s) the "
+                "planner did not plan to, or whose closure it did not read "
+                f"({', '.join(unplanned[:5])}): the next run plans them"
+            )
+            result = withhold_revokes(result, reason, reason, current)
+        elif peers:
+            kept = sorted(
+                r.rule_id or ""
+                for r in current
+                if r.rule_id in planned.stale and r.rule_id not in gone
+            )
+            if kept:
+                note = (
+                    f"kept {len(kept)} rule(s) the planner would revoke ({', '.join(kept[:5])}): "
+                    "the read under the locks shows traffic that still needs them"
+                )
+                result = replace(result, notes=(*result.notes, note))
+        verdict = check_lookup_misses(
+            result,
+            current,
+            state.lookup_misses,
+            {g: sg.vpc_id for g, sg in inventory.groups.items()},
+        )
+        if verdict is not None:
+            was_released = released is not None and released(verdict.fingerprint)
+            if not was_released:
+                result = hold_revokes(result, verdict, current)
+    return LivePlan(
+        result=result,
+        desired=desired,
+        current=current,
+        groups=sorted(present),
+        notes=notes,
+        state=state,
+        brake=verdict,
+        released=was_released,
+        names=_names(inventory, set(present), desired),
+    )
+
+
+class LockedReplan(Protocol):
+    """The steps' planner under the locks: the locked groups and what the planner planned
+    (see `compute_locked_plan`)."""
+
+    def __call__(self, groups: Sequence[str], planned: Planned) -> LivePlan: ...

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sg_reconciler.app.contracts import ExecutionInput, PlanRef, Trigger
 from sg_reconciler.app.live_plan import Replan
+from sg_reconciler.app.planned import planned_by, put_planned
 from sg_reconciler.app.scope_store import put_scope
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
 from sg_reconciler.core.ports import ExecutionStarter, PlanStorage
@@ -68,7 +69,8 @@ def plan_batch(
 
     An event scope is tried narrowly first (`compute_live_plan`). The plan's groups go to
     the plan store first (keyed by the plan's hash), with the event scope when the plan came
-    from its narrow read (the refresh reads that way too), and the execution gets a
+    from its narrow read, and its desired rules and what it takes away (the steps under the
+    locks read only its closure, app/planned.py), and the execution gets a
     reference and counts, so its input does not grow with the plan (invariant 13)."""
     result = BatchResult(received=len(records))
     relevant = [(mid, p) for mid, p in records if isinstance(p, Relevant)]
@@ -98,6 +100,7 @@ def plan_batch(
         name = execution_name(plan, now)
         key = plan.plan_id()
         put_scope(store, key, live.narrowed)
+        put_planned(store, key, planned_by(live, plan))
         execution_input = ExecutionInput(
             plan_id=name,
             plan_ref=PlanRef(

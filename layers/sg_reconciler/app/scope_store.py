@@ -1,8 +1,7 @@
-"""The event scope a plan came from by a narrow read (core/narrow.py), in the plan store:
-beside the plan's groups (keyed by its hash) for the refresh under the locks to read the
-same way, and under the execution's name once its refresh planned from it, for "Re-plan the
-revokes after the settle" to know there is nothing to re-plan. A plan from a full read
-clears it: the same steps may come from either."""
+"""The event scope a plan came from by a narrow read (core/narrow.py), in the plan store,
+beside the plan's groups (keyed by its hash): a plan refreshed from the planner's read (one
+the planner did not store what it planned for, app/planned.py) reads the same way. A plan
+from a full read clears it: the same steps may come from either."""
 
 from __future__ import annotations
 

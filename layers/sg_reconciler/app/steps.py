@@ -50,7 +50,8 @@ from sg_reconciler.app.contracts import (
     VerifyInput,
     VerifyOutput,
 )
-from sg_reconciler.app.scope_store import put_scope, stored_scope
+from sg_reconciler.app.planned import Planned, planned_by, put_planned, stored_planned
+from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.core.guard import call_would_lose, what_is_left
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import (
@@ -94,7 +95,7 @@ from sg_reconciler.errors import (
 
 if TYPE_CHECKING:
     # Only the re-planning steps import the live planner (cold start, issue 12 item 6).
-    from sg_reconciler.app.live_plan import LivePlan, Replan
+    from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
@@ -215,15 +216,23 @@ def refresh_plan(
     settle_seconds: int,
     owner: str,
     pacing: Pacing,
+    locked: LockedReplan | None = None,
 ) -> dict[str, Any]:
     """'Refresh the plan under the locks': the plan as the account is now, for the locked
     groups, stored in batches; the state gets the batch numbers, and the Map concurrency
-    that keeps the writes at the deployment's rate."""
+    that keeps the writes at the deployment's rate. A plan from the planner is refreshed
+    from the locked groups' rules and its closure (`locked`); one given inline, from the
+    planner's read."""
     request = parse(RefreshInput, event)
     groups = _groups(request, store)
-    live = replan(Scope(group_ids=frozenset(groups)), stored_scope(store, request.groups_key))
+    planned = stored_planned(store, request.groups_key) if locked is not None else None
+    if locked is not None and planned is not None:
+        live = locked(groups, planned)
+    else:
+        live = replan(Scope(group_ids=frozenset(groups)), stored_scope(store, request.groups_key))
     result = _locked_plan(live, groups)
-    put_scope(store, request.plan_id, live.narrowed)  # a retried refresh may read in full
+    if planned is not None:  # what "Re-plan the revokes after the settle" starts from
+        put_planned(store, request.plan_id, planned_by(live, result, groups))
     doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
     batches = phase_batches(doc, pacing.concurrency)
     for phase in PHASE_NAMES:
@@ -252,21 +261,30 @@ def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, A
 
 
 def replan_revokes(
-    event: object, store: PlanStorage, replan: Replan, pacing: Pacing
+    event: object,
+    store: PlanStorage,
+    replan: Replan,
+    pacing: Pacing,
+    locked: LockedReplan | None = None,
 ) -> dict[str, Any]:
     """'Re-plan the revokes after the settle' (invariant 11): the desired state read again,
     under the locks, after the wait. Only rules stale in both plans are revoked, each guarded
     by the new desired rules; when the new plan wants rules that do not exist yet (or the
-    brake holds it), nothing is revoked and the next run takes over. A plan from an event's
-    narrow read only authorizes, so it has nothing to re-plan here and reads nothing."""
+    brake holds it), nothing is revoked and the next run takes over. A refreshed plan with
+    nothing to revoke or rewrite has nothing to re-plan here and reads nothing; a plan from
+    the planner reads the locked groups' rules and the closure of its revokes (`locked`)."""
     request = parse(RefreshInput, event)
     groups = _groups(request, store)
     before, _ = stored_phases(store, request.plan_id)
     stale_before = {i for s in before.steps if isinstance(s, Revoke) for i in s.rule_ids}
-    if not stale_before and stored_scope(store, request.plan_id) is not None:
+    if not before.revoke:
         store.put_phase(request.plan_id, "revoke", [])
         return RevokesOutput(revoke=[], deferred="").model_dump()
-    live = replan(Scope(group_ids=frozenset(groups)))
+    planned = stored_planned(store, request.plan_id) if locked is not None else None
+    if locked is not None and planned is not None:  # from the refresh's desired rules
+        live = locked(groups, Planned(planned.desired, frozenset(stale_before)))
+    else:
+        live = replan(Scope(group_ids=frozenset(groups)))
     now = _locked_plan(live, groups)
     after = split_phases(now.steps)
     wanted = [s for _, steps in after.authorize for s in steps] + list(after.ordered)

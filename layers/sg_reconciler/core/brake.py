@@ -87,13 +87,13 @@ def net_removals(
     plan: Plan, current: Sequence[Rule], desired: Sequence[Rule], owner: str
 ) -> list[Rule]:
     """Owned rules the plan revokes or rewrites whose traffic the group's new rules do not allow."""
-    gone = _taken_away(plan, current)
+    gone = taken_away(plan, current)
     bounds = group_bounds(current, desired, owner)
     removed = [r for r in current if r.rule_id in gone]
     return [r for r in removed if Traffic.of([r]) - Traffic.of(bounds[r.group_id].new_keys)]
 
 
-def _taken_away(plan: Plan, current: Sequence[Rule]) -> set[str]:
+def taken_away(plan: Plan, current: Sequence[Rule]) -> set[str]:
     """Ids of the rules the plan revokes or rewrites into other traffic."""
     gone = {i for s in plan.steps if isinstance(s, Revoke) for i in s.rule_ids}
     gone |= {s.rule_id for s in plan.steps if isinstance(s, Modify) and _moves(s, current)}
@@ -167,7 +167,7 @@ def check_lookup_misses(
 ) -> BrakeVerdict | None:
     """Hold the revokes when one could take away a port an unresolved target needs in its
     VPC: its group is unknown, so a lookup miss must never read as "nobody needs this"."""
-    gone = _taken_away(plan, current)
+    gone = taken_away(plan, current)
     at_risk: list[str] = []
     targets: dict[str, None] = {}
     for rule in (r for r in current if r.rule_id in gone):
@@ -195,6 +195,16 @@ def check_lookup_misses(
 
 def hold_revokes(plan: Plan, verdict: BrakeVerdict, current: Sequence[Rule]) -> Plan:
     """The plan with its revokes held: the authorize phase and description-only changes."""
+    note = (
+        f"revokes held by the brake ({verdict.reason}); to release exactly these: "
+        f"sg-reconciler release-brake --lock-table <LockTableName> --fingerprint {verdict.fingerprint}"
+    )
+    return withhold_revokes(plan, verdict.reason, note, current)
+
+
+def withhold_revokes(plan: Plan, reason: str, note: str, current: Sequence[Rule]) -> Plan:
+    """The plan with nothing taken away: the authorize phase and description-only changes,
+    `reason` in `held` (the execution reports it) and `note` in its notes."""
     phases = split_phases(plan.steps)
     kept = [s for _, steps in phases.authorize for s in steps]
     kept += [
@@ -203,8 +213,4 @@ def hold_revokes(plan: Plan, verdict: BrakeVerdict, current: Sequence[Rule]) -> 
         for s in steps
         if isinstance(s, Modify) and not _moves(s, current)
     ]
-    note = (
-        f"revokes held by the brake ({verdict.reason}); to release exactly these: "
-        f"sg-reconciler release-brake --lock-table <LockTableName> --fingerprint {verdict.fingerprint}"
-    )
-    return replace(plan, steps=tuple(kept), notes=(*plan.notes, note), held=verdict.reason)
+    return replace(plan, steps=tuple(kept), notes=(*plan.notes, note), held=reason)

@@ -61,6 +61,38 @@ def narrow(
         attached
     ):
         return None
+    peers_by_tg = _peers_by_target_group(bindings, by_arn, attached)
+    seeds = set(scope.target_group_arns)
+    seeds |= {tg for tg, lbs in attached.items() if scope.load_balancer_arns.intersection(lbs)}
+    peers = frozenset(p for tg in seeds for p in peers_by_tg[tg])
+    closure = seeds | {tg for tg, found in peers_by_tg.items() if found & peers}
+    return Narrowing(peers, frozenset(closure))
+
+
+def admitting(
+    peers: Collection[Peer],
+    bindings: Iterable[Binding],
+    load_balancers: Iterable[LoadBalancer],
+    attached: Mapping[str, Collection[str]],
+) -> frozenset[str]:
+    """The target groups whose load balancer admits one of `peers` (the closure of a revoke
+    under the locks, docs/architecture.md "Reads"): only their traffic can need a rule from
+    those peers, so for those peers their desired rules are exactly the full read's."""
+    by_arn = {lb.arn: lb for lb in load_balancers}
+    wanted = frozenset(peers)
+    return frozenset(
+        tg
+        for tg, found in _peers_by_target_group(bindings, by_arn, attached).items()
+        if found & wanted
+    )
+
+
+def _peers_by_target_group(
+    bindings: Iterable[Binding],
+    by_arn: Mapping[str, LoadBalancer],
+    attached: Mapping[str, Collection[str]],
+) -> dict[str, frozenset[Peer]]:
+    """Target group ARN -> the group peers its load balancers send from."""
     rules = tuple(bindings)
 
     def peers_of(lb_arns: Collection[str]) -> frozenset[Peer]:
@@ -73,12 +105,7 @@ def narrow(
             for g in source_groups(lb, binding)
         )
 
-    peers_by_tg = {tg: peers_of(lbs) for tg, lbs in attached.items()}
-    seeds = set(scope.target_group_arns)
-    seeds |= {tg for tg, lbs in attached.items() if scope.load_balancer_arns.intersection(lbs)}
-    peers = frozenset(p for tg in seeds for p in peers_by_tg[tg])
-    closure = seeds | {tg for tg, found in peers_by_tg.items() if found & peers}
-    return Narrowing(peers, frozenset(closure))
+    return {tg: peers_of(lbs) for tg, lbs in attached.items()}
 
 
 def stands(result: Plan | Refusal, within: Collection[str] = ()) -> bool:
