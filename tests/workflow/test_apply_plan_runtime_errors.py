@@ -28,13 +28,15 @@ BROKEN_STATE = "Re-plan the revokes after the settle"
 
 
 def lock_items(world: DemoWorld) -> list[dict[str, Any]]:
+    """The group locks (the table also holds the brake's window and the janitor's records)."""
     table = world.runtime.ref("LockTable")
-    return list(world.runtime.clients.dynamodb.scan(TableName=table)["Items"])
+    items = world.runtime.clients.dynamodb.scan(TableName=table)["Items"]
+    return [i for i in items if i["group_id"]["S"].startswith("sg-")]
 
 
 def wait_until_unlocked(world: DemoWorld, timeout: float = 10.0) -> list[dict[str, Any]]:
     """The janitor runs on the status-change event, after describe_execution already reads
-    FAILED: poll the lock table until it empties or `timeout` passes."""
+    FAILED: poll the lock table until no group is locked or `timeout` passes."""
     deadline = time.monotonic() + timeout
     pause = threading.Event()
     while (items := lock_items(world)) and time.monotonic() < deadline:
