@@ -13,7 +13,7 @@ import contextlib
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -581,13 +581,7 @@ def check_leftover_batch(event: object, store: PlanStorage, rules: RuleStore) ->
 def report_leftovers(request: VerifyInput, store: PlanStorage) -> dict[str, Any]:
     """'Report the leftover rules': the checks' records, in counts and the first few; a
     batch without a record (its check failed) is named as not checked, never as clean."""
-    found: dict[int, LeftoverRecord] = {}
-    for raw in store.phase(request.plan_id, LEFTOVERS_FOUND):
-        try:
-            record = LeftoverRecord.model_validate(raw)
-        except ValidationError as err:
-            raise InvalidPlan(validation_message(err, root="leftover record")) from None
-        found[record.batch] = record
+    found = _records(store, request.plan_id, LEFTOVERS_FOUND, LeftoverRecord, "leftover record")
     leftovers = [i for b in sorted(found) for i in found[b].leftover_rule_ids]
     lacking = [g for b in sorted(found) for g in found[b].lacking]
     unchecked = [b for b in range(request.batches) if b not in found]
@@ -722,13 +716,7 @@ def report_rollback(event: object, store: PlanStorage) -> dict[str, Any]:
     batches that were not (an item that failed without a record, e.g. a timeout, counts),
     and the groups keep some new rules: a safe superset."""
     request = parse(RollbackReportInput, event)
-    records: dict[int, RollbackRecord] = {}
-    for raw in store.phase(request.plan_id, ROLLBACK):
-        try:
-            record = RollbackRecord.model_validate(raw)
-        except ValidationError as err:
-            raise InvalidPlan(validation_message(err, root="rollback record")) from None
-        records[record.batch] = record
+    records = _records(store, request.plan_id, ROLLBACK, RollbackRecord, "rollback record")
     revoked = sum(len(r.revoked) for r in records.values())
     handed_back = sum(len(r.handed_back) for r in records.values())
     failures = [
@@ -752,3 +740,21 @@ def report_rollback(event: object, store: PlanStorage) -> dict[str, Any]:
         f"this execution had added{adopted}, the groups are as before"
     )
     return RollbackOutput(revoked=revoked, handed_back=handed_back, cause=cause).model_dump()
+
+
+Recorded = TypeVar("Recorded", LeftoverRecord, RollbackRecord)
+
+
+def _records(
+    store: PlanStorage, plan_id: str, phase: str, model: type[Recorded], root: str
+) -> dict[int, Recorded]:
+    """What a Map's items recorded in the plan store, by batch (the last record of a batch
+    wins); a record that does not parse is an InvalidPlan naming it."""
+    records: dict[int, Recorded] = {}
+    for raw in store.phase(plan_id, phase):
+        try:
+            record = model.model_validate(raw)
+        except ValidationError as err:
+            raise InvalidPlan(validation_message(err, root=root)) from None
+        records[record.batch] = record
+    return records
