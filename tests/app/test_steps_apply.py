@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from app.steps_world import SETTLE, World, caught
-from fakes import planner, rule
+from fakes import FakePacer, FakeRules, planner, rule
 from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.planned import Planned, put_planned
@@ -739,4 +739,23 @@ def test_the_re_plan_after_the_settle_starts_from_the_refresh_and_its_revokes(
     assert full == []
     assert len(asked) == 2
     assert asked[1][1] == Planned((rule(G1, 443),), frozenset({old.rule_id or ""}))
+    assert revokes["revoke"] == [0] and not revokes["deferred"]
+
+
+def test_the_re_plan_after_the_settle_may_rewrite_what_the_refresh_rewrites(world: World) -> None:
+    # Given a group at its quota whose range grows in place (ModifySecurityGroupRules)
+    world.rules = FakeRules(quota=1)
+    world.rules.pacer = FakePacer()
+    world.rules.add_group(G1)
+    old = world.rules.put(rule(G1, 80, to_port=90), owner=world.owner)
+    world.desired = [rule(G1, 80, to_port=100)]
+    plan = world.plan()
+    assert any(isinstance(s, Modify) for s in plan.steps)
+    checked = world.check(plan)
+    put_planned(world.plans, checked["groups_key"], Planned(tuple(world.desired), frozenset()))
+    world.lock(checked)
+    # When the refresh and the re-plan after the settle run
+    asked, _, _, revokes = locked_run(world, checked)
+    # Then the re-plan may rewrite that rule again (the refresh's revoke phase holds it)
+    assert len(asked) == 2 and old.rule_id in asked[1][1].stale
     assert revokes["revoke"] == [0] and not revokes["deferred"]

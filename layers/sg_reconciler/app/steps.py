@@ -282,7 +282,10 @@ def replan_revokes(
         return RevokesOutput(revoke=[], deferred="").model_dump()
     planned = stored_planned(store, request.plan_id) if locked is not None else None
     if locked is not None and planned is not None:  # from the refresh's desired rules
-        live = locked(groups, Planned(planned.desired, frozenset(stale_before)))
+        rewritten = {
+            s.rule_id for _, steps in before.revoke for s in steps if isinstance(s, Modify)
+        }
+        live = locked(groups, Planned(planned.desired, frozenset(stale_before | rewritten)))
     else:
         live = replan(Scope(group_ids=frozenset(groups)))
     now = _locked_plan(live, groups)
