@@ -187,7 +187,7 @@ class LocalRuntime:
         os.environ.update(self._environment)
         self._mock = moto_hooks.new_mock()
         self._mock.start()
-        cold_start()
+        cold_start(self.region)
         try:
             self._clients = _make_clients(self.region)
             self._patches = [
@@ -688,12 +688,20 @@ def _stack_parameters(
     return {**values, **{key: str(value) for key, value in given.items()}}
 
 
-def cold_start() -> None:
-    """A runtime's functions start in new containers: the library's process-wide clients
-    (made for another runtime's region) and read buckets are dropped."""
+_CLIENTS_REGION: list[str] = []  # the region the library's cached clients were made in
+
+
+def cold_start(region: str | None = None) -> None:
+    """The library's process-wide clients are made for one region: when a runtime (or a
+    test) runs in another, they are dropped, as its read buckets always are. Clients of the
+    same region are kept (moto serves them whatever the account: MOTO_ACCOUNT_ID is read per
+    call): making them again cost about a tenth of a workflow test's time."""
+    wiring.forget_read_pacers()
+    if region is not None and [region] == _CLIENTS_REGION:
+        return
     aws.client.cache_clear()
     aws.read_client.cache_clear()
-    wiring.forget_read_pacers()
+    _CLIENTS_REGION[:] = [region] if region is not None else []
 
 
 def patch_pacer(
