@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
 from sg_reconciler_tools.local import moto_hooks
@@ -52,7 +51,7 @@ class FiredFault:
     call_number: int
 
 
-class FaultInjector:
+class FaultInjector(moto_hooks.PatchSet):
     """Context manager that installs faults and records which fired.
 
     Faults on one operation fire in the order given: the first with calls left wins.
@@ -76,22 +75,9 @@ class FaultInjector:
                     )
                 )
         except BaseException:
-            self._uninstall()
+            self._undo()
             raise
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._uninstall()
-
-    def _uninstall(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
     @property
     def fired(self) -> list[FiredFault]:

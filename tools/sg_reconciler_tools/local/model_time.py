@@ -19,7 +19,6 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from sg_reconciler.adapters import pacing
@@ -56,7 +55,7 @@ class TimedInvocation:
     calls: Counter[str] = field(default_factory=Counter)
 
 
-class InvocationClock:
+class InvocationClock(moto_hooks.PatchSet):
     """Context manager: a model clock per handler invocation of one runtime (above)."""
 
     def __init__(
@@ -121,19 +120,6 @@ class InvocationClock:
             self._undo()
             raise
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._undo()
-
-    def _undo(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
 
 def makespan(durations: Iterable[float], concurrency: int) -> float:

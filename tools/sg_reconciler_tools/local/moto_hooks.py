@@ -92,6 +92,26 @@ class Patch:
         return f"Patch({self.what!r}, active={self.active})"
 
 
+class PatchSet:
+    """A context manager whose `__enter__` installs hooks into `_patches`: they are undone in
+    reverse order on exit, or by `_undo` when installing fails part-way."""
+
+    _patches: list[Patch]
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._undo()
+
+    def _undo(self) -> None:
+        for patch in reversed(self._patches):
+            patch.undo()
+        self._patches = []
+
+
 def _require(owner: object, name: str, moto_path: str) -> Any:
     try:
         return getattr(owner, name)

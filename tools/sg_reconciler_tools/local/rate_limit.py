@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import SimpleNamespace, TracebackType
+from types import SimpleNamespace
 from typing import Any
 
 from sg_reconciler_tools.local import moto_hooks
@@ -47,7 +47,7 @@ class RateLimitStats:
         }
 
 
-class Ec2RateLimit:
+class Ec2RateLimit(moto_hooks.PatchSet):
     """Context manager: the bucket on EC2 writes and the faster clock, for one runtime."""
 
     def __init__(
@@ -125,19 +125,6 @@ class Ec2RateLimit:
             self._undo()
             raise
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._undo()
-
-    def _undo(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
 
 # Reads -----------------------------------------------------------------------------------------
@@ -277,7 +264,7 @@ class ReadLimitStats:
         }
 
 
-class AwsReadLimits:
+class AwsReadLimits(moto_hooks.PatchSet):
     """Context manager: AWS's read buckets (above) in front of moto, on a model clock.
 
     Every attempt of a call takes a token from each bucket it draws on, or fails with the
@@ -402,19 +389,6 @@ class AwsReadLimits:
             self._undo()
             raise
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._undo()
-
-    def _undo(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
 
 def _patch_botocore_sleep(sleep: Callable[[float], None]) -> moto_hooks.Patch:
