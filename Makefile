@@ -42,7 +42,7 @@ demo: setup
 bench: setup
 	$(BIN)/python -m benchmarks.run
 
-# A release for a service-managed StackSet (README "Rolling out to an organization"):
+# A release for a service-managed StackSet (docs/organization.md):
 # make release BUCKET='sg-releases-$${AWS::Region}' PREFIX=1.0.0 [POLICY=policy.yaml] [REGIONS=eu-west-1,us-east-1]
 release: setup
 	@test -n "$(BUCKET)" || (echo "make release needs BUCKET=<bucket>" >&2; exit 2)

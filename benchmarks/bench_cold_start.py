@@ -1,7 +1,7 @@
 """Cold start as deployed: the import of each handler in a fresh interpreter, against a bare
 `import boto3` and against boto3 + Powertools Logger/Metrics, and the cold CPU of one execution.
 
-"As deployed" means what the Lambda runtime does on a cold start (issue 12 item 6):
+"As deployed" means what the Lambda runtime does on a cold start (docs/architecture.md, "Cold start"):
 
 - each function's code in its own task root (LAMBDA_TASK_ROOT, first on the path), our layer
   after it (as /opt/python), copied from the tree without any `__pycache__`, and no bytecode
@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE_REF = "ebd82ee"  # ports-fakes, before the cold-start work (issue 12 item 6)
+BEFORE_REF = "ebd82ee"  # ports-fakes, before the cold-start work (docs/extending.md, "Cold start")
 REGION = "eu-west-1"
 
 # Runs in the fresh interpreter: times the statement given as argv[1] (wall and CPU).

@@ -45,7 +45,7 @@ from sg_reconciler_tools.local import LocalRuntime
 from sg_reconciler_tools.local.rate_limit import AwsReadLimits, ScaledClock
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE = "299f3b1"  # main before issue 18 item 5 (reads under the locks: the whole account)
+BEFORE = "299f3b1"  # before the narrow reads under the locks (docs/architecture.md, "Reads")
 FIRST_PORT = 30000
 TIMEOUT = 3600.0  # wall seconds an execution may take here
 SCALE = 10.0  # model seconds per wall second (the clock stands still while moto serves)

@@ -8,6 +8,6 @@ SERVICE = "sg-reconciler"
 
 logger = Logger(service=SERVICE)
 # Only botocore: every call we trace is an AWS SDK call. patch_all() would also import and patch
-# sqlite3, http.client and requests (when present) on every cold start (issue 12 item 6).
+# sqlite3, http.client and requests (when present) on every cold start (docs/extending.md).
 tracer = Tracer(service=SERVICE, patch_modules=("botocore",))
 metrics = Metrics(service=SERVICE, namespace="SGReconciler")

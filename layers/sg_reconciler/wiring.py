@@ -19,7 +19,7 @@ from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.core.pacing import pacing_for, read_pace
 
 if TYPE_CHECKING:
-    # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
+    # Cold start (docs/extending.md, "Cold start"): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
     from sg_reconciler.adapters.deployment import RevocationLog
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan

@@ -215,7 +215,7 @@ def test_a_narrow_plan_that_runs_is_what_the_full_read_plans_for_its_peers(
     assert not {i for i in revoked if by_id[i].key.peer in peers}
     # Not guaranteed, so only counted: the full read after it can still do the rest. The
     # additions leave room to replace each unjudged rule of ours (see the next test), but a
-    # pending change that needs more room than that can find it taken (README, Limits).
+    # pending change that needs more room than that can find it taken (docs/limits.md).
     plannable_before = isinstance(everything.result, Plan) and not everything.result.refused
     after = plan_from_inventory(
         owned_after(inventory, live.result), chosen, Scope.everything(), partial=True

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PREVIOUS = Path(__file__).resolve().parent / "fixtures" / "previous_release" / "template.yaml"
 REGION = "eu-west-1"
 # The resources whose data outlives an update: the locks and brake records, the plan store,
-# the policy and the owner claim (README, Upgrading).
+# the policy and the owner claim (docs/deploying.md, Upgrading).
 STATEFUL = ("LockTable", "PlanTable", "PolicyParameter", "OwnerClaim")
 # Properties whose change makes CloudFormation replace the resource ("Update requires:
 # Replacement" in the template reference of AWS::DynamoDB::Table and AWS::SSM::Parameter).

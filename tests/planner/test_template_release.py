@@ -53,7 +53,7 @@ def test_the_changelog_records_each_release_older_than_this_one() -> None:
     changelog = (ROOT / "CHANGELOG.md").read_text()
     headings = re.findall(r"^## (\S+)", changelog, re.M)
     version = application()["SemanticVersion"]
-    # changes land under Unreleased; releasing renames it to the version (README, Releasing)
+    # changes land under Unreleased; releasing renames it to the version (docs/deploying.md, Releasing)
     assert headings[0] in ("Unreleased", version), headings[0]
     current = tuple(int(part) for part in version.split("."))
     released = [tuple(int(p) for p in h.split(".")) for h in headings[1:]]

@@ -1,6 +1,6 @@
 """`sg-reconciler init`: a first policy drafted from what the account already says.
 
-A new user should not write the first policy from the README: the AWS Load Balancer
+A new user should not write the first policy from docs/configuration.md: the AWS Load Balancer
 Controller tags each load balancer with its cluster (`elbv2.k8s.aws/cluster`) and its shared
 backend group (`elbv2.k8s.aws/resource: backend-sg`), node groups carry
 `kubernetes.io/cluster/<name>`, an NLB with security groups can be told from one without,
@@ -262,7 +262,7 @@ def _cluster_binding(
 ) -> DraftBinding:
     """The controller's load balancers with groups: from its backend group into the group it
     would choose (cluster_group). The binding also selects the cluster's NLBs without groups;
-    their own binding admits those by address (README: Bindings)."""
+    their own binding admits those by address (docs/configuration.md, Bindings)."""
     mine = [lb for lb in lbs if _tags(lb).get(LBC_CLUSTER_TAG) == cluster]
     with_groups = [lb for lb in mine if lb.security_groups]
     backends = sorted(

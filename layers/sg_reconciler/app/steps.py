@@ -94,7 +94,7 @@ from sg_reconciler.errors import (
 )
 
 if TYPE_CHECKING:
-    # Only the re-planning steps import the live planner (cold start, issue 12 item 6).
+    # Only the re-planning steps import the live planner (docs/extending.md, "Cold start").
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")

@@ -7,7 +7,7 @@ destination groups must allow the traffic port and the health-check port from th
 Ports are gathered per flow (group, peer, protocol) and covered with at most `rule_budget`
 ranges by `compact`, which exposes fewer unneeded ports than the single min..max range the
 AWS Load Balancer Controller opens. Two bindings that shape one flow must agree on how
-(see the README's configuration section): otherwise that group is refused, naming both.
+(docs/configuration.md, Bindings): otherwise that group is refused, naming both.
 
 Sources follow AWS's rules for Network Load Balancers: a load balancer with security groups
 is referenced by group; one without is admitted by address. Its own addresses (its subnets'
@@ -63,7 +63,7 @@ class Binding:
     backend_group: str | None = None
     # CIDRs admitted for client traffic when client IP preservation is on (addresses
     # source only); None: an internal load balancer's VPC CIDRs, nothing for an
-    # internet-facing one (the README explains why).
+    # internet-facing one (docs/configuration.md explains why).
     client_cidrs: tuple[str, ...] | None = None
     destination: DestinationKind = "target_enis"
     named_groups: tuple[str, ...] = ()

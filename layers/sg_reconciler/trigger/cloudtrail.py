@@ -35,7 +35,7 @@ class CloudTrailModel(BaseModel):
     """Base of every model here: unknown fields are kept, never rejected."""
 
     # Built on first use: the planner validates one event's detail with the one model for its
-    # eventName (DETAIL_MODELS), so a cold start builds only the models it meets (issue 12 item 6).
+    # eventName (DETAIL_MODELS), so a cold start builds only the models it meets (docs/extending.md).
     model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
 
