@@ -1,8 +1,10 @@
-"""Every relative link of the README and docs/ leads somewhere: the file exists and, when the
-link names a heading (`file.md#anchor`), the heading does, as GitHub renders its anchor.
+"""The README and docs/ agree with the tree: every relative link leads to a file and, when
+it names a heading (`file.md#anchor`), to the heading as GitHub renders its anchor; every
+repository path they name in code (`tests/...`, `core/ports.py`) exists.
 
-The README is short and points into docs/; a section moved or renamed there would otherwise
-leave a reader on a dead link, found by no other test."""
+The README is short and points into docs/, and docs/extending.md names the files to touch: a
+section moved or renamed, or a file moved, would otherwise leave a reader on a dead
+pointer, found by no other test."""
 
 from __future__ import annotations
 
@@ -78,6 +80,50 @@ def broken(document: Path, root: Path = ROOT) -> list[str]:
     return problems
 
 
+# Where a path in code spans starts: the repository's folders, and the library's own
+# (`core/ports.py` is layers/sg_reconciler/core/ports.py).
+_TOP = frozenset(
+    [
+        "tests",
+        "layers",
+        "functions",
+        "tools",
+        "statemachine",
+        "events",
+        "examples",
+        "benchmarks",
+        "docs",
+        "powertools",
+    ]
+)
+_LIBRARY = ("core", "app", "adapters", "trigger")
+# A folder (`docs/`) or a file with an extension (`core/ports.py`); `pacing.ReadPacer` is a name.
+_PATH = re.compile(r"`((?:[\w.-]+/)+(?:[\w.-]*\.[a-z0-9]+)?)(?:::\w+)?`")
+
+
+def named_paths(text: str) -> list[str]:
+    """The repository paths a text names in code spans (`tests/x/test_y.py`, `docs/`), as
+    paths from the root; templates (`<step>`) and globs are not paths."""
+    found = []
+    for path in _PATH.findall(text):
+        top = path.split("/", 1)[0]
+        if top in _LIBRARY:
+            found.append(f"layers/sg_reconciler/{path}")
+        elif top in _TOP:
+            found.append(path)
+    return found
+
+
+def missing_paths(document: Path, root: Path = ROOT) -> list[str]:
+    """The paths a document names that the tree does not hold."""
+    return [p for p in named_paths(document.read_text()) if not (root / p).exists()]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_path_the_docs_name_is_in_the_tree(document: Path) -> None:
+    assert missing_paths(document) == []
+
+
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_leads_to_a_file_and_heading(document: Path) -> None:
     assert broken(document) == []
@@ -94,6 +140,17 @@ def test_the_readme_links_every_page_of_docs() -> None:
 def test_the_readme_opens_with_the_two_commands() -> None:
     opening = (ROOT / "README.md").read_text().split("```")[1]
     assert "make demo" in opening and "make test" in opening
+
+
+def test_a_path_the_tree_lacks_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_here.py").write_text("")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "`tests/test_here.py::test_x` `tests/` `core/gone.py` `docs/gone.md` "
+        "`app/steps/<step>.py` `events/*.json` `adapters/pacing.ReadPacer` `not/a/top.py`\n"
+    )
+    assert missing_paths(page, tmp_path) == ["layers/sg_reconciler/core/gone.py", "docs/gone.md"]
 
 
 def test_a_missing_file_or_heading_is_reported(tmp_path: Path) -> None:
