@@ -88,8 +88,8 @@ class Draft:
     def to_yaml(self) -> str:
         lines = [
             "# Drafted by `sg-reconciler init --live` from what the account shows. Review it,",
-            "# then `sg-reconciler plan --live --policy FILE` before deploying it (README:",
-            "# Configuration). owner is unset: in AWS the stack's OwnerName is the one source.",
+            "# then `sg-reconciler plan --live --policy FILE` before deploying it",
+            "# (docs/configuration.md). owner is unset: in AWS the stack's OwnerName is the one source.",
         ]
         if self.notes:
             lines.append("#")
@@ -234,7 +234,7 @@ def draft_policy(inventory: Inventory) -> Draft:
         adopt_why = (
             f"The AWS Load Balancer Controller has {len(controller)} rule(s) in "
             f"{_listed(groups)}. Each run takes over those that are exactly a desired rule, in "
-            "place (README: Next to the AWS Load Balancer Controller);",
+            "place (docs/handover.md);",
             "`sg-reconciler adopt --live --policy FILE` says when the controller may stop.",
         )
     return Draft(tuple(bindings), adopt, adopt_why, tuple(dict.fromkeys(notes)))
@@ -287,7 +287,7 @@ def _cluster_binding(
         why += [
             f"Rules come from the controller's backend group {backend.group_id} ({backend.name}).",
             "For the hand-over, replace it with a group you specify that stays on the load "
-            "balancers (README, hand-over step 1).",
+            "balancers (docs/handover.md, step 1 of the hand-over).",
         ]
     else:
         source = {"kind": "load_balancer_groups"}

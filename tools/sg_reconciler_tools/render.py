@@ -114,7 +114,7 @@ def render_handover(
         lines.append(
             "ready: every flow the other tool's rules admit to a registered target is admitted "
             "without them, and no run in flight can hand adopted rules back; the other tool "
-            "may stop managing rules now (README: Next to the AWS Load Balancer Controller)"
+            "may stop managing rules now (docs/handover.md)"
         )
     else:
         lines.append(
