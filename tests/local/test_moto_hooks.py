@@ -263,13 +263,24 @@ FAULT_TARGETS = [
 
 
 @pytest.mark.parametrize(("service", "operation"), FAULT_TARGETS, ids=lambda v: str(v))
-def test_every_interceptable_operation_has_a_response_method(service: str, operation: str) -> None:
-    cls = moto_hooks.response_class(service)
-    method = moto_hooks.response_method_name(operation)
-    assert callable(getattr(cls, method, None)), (
-        f"moto's {cls.__name__} no longer serves {operation} with a method {method}: "
-        "intercept_api_call (faults, write listener) cannot wrap it"
+def test_every_interceptable_operation_is_in_botocores_model(service: str, operation: str) -> None:
+    import botocore.session
+
+    service_id, protocol = moto_hooks.SERVICES[service]
+    model = botocore.session.get_session().get_service_model(service)
+    assert (model.service_id.hyphenize(), model.protocol) == (service_id, protocol), (
+        "intercept_api_call reads the service from botocore's event name and writes errors "
+        "in its protocol"
     )
+    assert operation in model.operation_names
+
+
+def test_the_dispatcher_stands_where_motos_stubber_stood() -> None:
+    from botocore.handlers import BUILTIN_HANDLERS
+    from moto.core.models import botocore_stubber
+
+    handlers = [entry[1] for entry in BUILTIN_HANDLERS]
+    assert moto_hooks._dispatch in handlers and botocore_stubber not in handlers
 
 
 # (b) Lambda dispatch ---------------------------------------------------------------------
@@ -1611,18 +1622,27 @@ def test_the_write_listener_sees_applied_and_failed_writes_but_not_before_faults
     ]
 
 
-def test_interceptors_nest_and_unwind_in_any_order() -> None:
-    from moto.ec2.responses import EC2Response
+def test_interceptors_nest_and_unwind_in_any_order(mocked: Mocked) -> None:
+    node = mocked.group("node")
+    order: list[str] = []
 
-    name = "authorize_security_group_ingress"
-    original = getattr(EC2Response, name)
-    first = moto_hooks.on_ec2_write(lambda operation, error: None)
+    def named(name: str) -> moto_hooks.Interceptor:
+        def intercept(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+            order.append(name)
+            return proceed()
+
+        return intercept
+
+    operation = "AuthorizeSecurityGroupIngress"
+    first = moto_hooks.intercept_api_call("ec2", operation, named("fault"))
     second = moto_hooks.intercept_api_call(
-        "ec2", "AuthorizeSecurityGroupIngress", lambda s, o, proceed: proceed()
+        "ec2", operation, named("observer"), layer=moto_hooks.OBSERVER_LAYER
     )
-    assert getattr(EC2Response, name) is not original
+    mocked.ec2.authorize_security_group_ingress(
+        GroupId=node, IpPermissions=[cidr_rule("10.0.0.0/8", 80)]
+    )
+    assert order == ["fault", "observer"], "higher layers are outer"
     first.undo()  # not the last installed: the other interceptor stays
-    assert getattr(EC2Response, name) is not original
+    assert moto_hooks.interceptors("ec2", operation) == 1
     second.undo()
-    assert getattr(EC2Response, name) is original
-    assert name not in EC2Response.__dict__, "the inherited method must be inherited again"
+    assert moto_hooks.interceptors("ec2", operation) == 0

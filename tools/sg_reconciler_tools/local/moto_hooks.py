@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import importlib
+import html
 import ipaddress
 import itertools
+import json
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -30,17 +32,6 @@ if TYPE_CHECKING:
 
 MOTO_VERSION: Final = "5.2.5"
 ACCOUNT_ID: Final = "123456789012"  # moto.core.DEFAULT_ACCOUNT_ID
-
-# AWS API action -> the moto response class that serves it, per service. Faults and write
-# observers wrap the response method, so one API call counts once however many backend
-# methods it calls (an authorize with three IpPermissions calls the backend three times).
-RESPONSE_CLASSES: Final[Mapping[str, tuple[str, str]]] = {
-    "ec2": ("moto.ec2.responses", "EC2Response"),
-    "elbv2": ("moto.elbv2.responses", "ELBV2Response"),
-    "dynamodb": ("moto.dynamodb.responses", "DynamoHandler"),
-    "stepfunctions": ("moto.stepfunctions.responses", "StepFunctionResponse"),
-    "lambda": ("moto.awslambda.responses", "LambdaResponse"),
-}
 
 # EC2 calls that change security-group rules or their tags (ownership lives in tags).
 EC2_WRITE_OPERATIONS: Final = (
@@ -1193,8 +1184,6 @@ def patch_atomic_writes() -> Patch:
 
 def matches_event_pattern(pattern: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     """EventBridge's matching, as moto implements it (`moto.events.models.EventPattern`)."""
-    import json
-
     from moto.events.models import EventPattern
 
     message: Any = dict(event)
@@ -1218,7 +1207,7 @@ def patch_events_envelope() -> Patch:
     return _replace(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", fixed, path)
 
 
-# (e) and (f) -----------------------------------------------------------------------------
+# (e) and (f): interception through botocore's `before-send` event ----------------------
 
 Proceed = Callable[[], Any]
 Interceptor = Callable[[str, str, Proceed], Any]  # (service, operation, proceed) -> response
@@ -1227,54 +1216,51 @@ ATOMIC_LAYER: Final = -1  # innermost of all: holds the lock only around moto's 
 OBSERVER_LAYER: Final = 0  # sees the call as moto applied it
 FAULT_LAYER: Final = 1  # outside observers: a "before" fault never reaches moto
 
+# Our service name -> (botocore's hyphenated service id, as in event names; its protocol).
+SERVICES: Final[Mapping[str, tuple[str, str]]] = {
+    "ec2": ("ec2", "ec2"),
+    "elbv2": ("elastic-load-balancing-v2", "query"),
+    "dynamodb": ("dynamodb", "json"),
+    "stepfunctions": ("sfn", "json"),
+    "lambda": ("lambda", "rest-json"),
+}
+_BY_SERVICE_ID: Final = {service_id: name for name, (service_id, _) in SERVICES.items()}
+
 _chain_lock = threading.Lock()
-_chains: dict[tuple[type, str], list[tuple[int, int, Interceptor]]] = {}
-_chain_patches: dict[tuple[type, str], Patch] = {}
+_chains: dict[tuple[str, str], list[tuple[int, int, Interceptor]]] = {}
 _sequence = itertools.count()
+_serving = threading.local()
 
 
-def response_class(service: str) -> type:
-    """The moto response class (a `moto.core.responses.BaseResponse`) serving a service."""
-    if service not in RESPONSE_CLASSES:
-        raise ValueError(f"no hook for service {service!r}; known: {', '.join(RESPONSE_CLASSES)}")
-    module_name, class_name = RESPONSE_CLASSES[service]
-    cls = _require(importlib.import_module(module_name), class_name, module_name)
-    if not isinstance(cls, type):
-        raise HookError(f"{module_name}.{class_name} is not a class")
-    return cls
+class AwsError(Exception):
+    """An AWS error answer: what an interceptor's `proceed()` raises when moto answered
+    with one (`response` is moto's answer, passed on as it is), and what an interceptor may
+    raise to fail a call (`service_error`'s moto exceptions work as well)."""
 
-
-def response_method_name(operation: str) -> str:
-    """The method `BaseResponse.call_action` dispatches an action to (moto.core.utils)."""
-    from moto.core.utils import camelcase_to_underscores
-
-    return str(camelcase_to_underscores(operation))
+    def __init__(self, code: str, message: str, status: int = 400, response: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.status, self.response = code, message, status, response
 
 
 def intercept_api_call(
     service: str, operation: str, interceptor: Interceptor, *, layer: int = FAULT_LAYER
 ) -> Patch:
-    """Run `interceptor` around every call of one AWS API action served by moto.
+    """Run `interceptor` around every HTTP attempt of one AWS API action that moto serves.
 
-    Wraps the response-class method that `moto.core.responses.BaseResponse.call_action`
-    finds with `getattr(self, camelcase_to_underscores(action))`; a moto exception raised
-    here (`ServiceException` or `JsonRESTError`) goes through moto's own error
-    serialisation, so boto3 clients and the Step Functions interpreter see a real AWS error.
-    Interceptors on one method nest by layer (higher is outer), then by installation.
-    """
-    cls = response_class(service)
-    name = response_method_name(operation)
-    key = (cls, name)
-    original = _require(cls, name, f"{cls.__module__}.{cls.__name__}")
-    if not callable(original):
-        raise HookError(f"{cls.__name__}.{name} is not a method")
+    Every botocore client in the process (ours, the handlers', the Step Functions
+    interpreter's) sends through botocore's `before-send` event, where moto's stubber
+    answers; `install_dispatcher` put `_dispatch` in the stubber's place, and it runs the
+    interceptors of the action around the stubber. `proceed()` returns moto's answer (a
+    botocore `AWSResponse`) or raises `AwsError` for an error answer; an error an
+    interceptor raises becomes the service's error answer, so botocore's retries and
+    parsers, and so the caller, see an AWS error. Interceptors nest by layer (higher is
+    outer), then by installation."""
+    if service not in SERVICES:
+        raise ValueError(f"no hook for service {service!r}; known: {', '.join(SERVICES)}")
+    key = (service, operation)
     entry = (layer, next(_sequence), interceptor)
     with _chain_lock:
         chain = _chains.setdefault(key, [])
-        if key not in _chain_patches:
-            _chain_patches[key] = _replace(
-                cls, name, _chained(service, operation, key, original), cls.__name__
-            )
         chain.append(entry)
         chain.sort(key=lambda item: (item[0], item[1]))
 
@@ -1283,39 +1269,136 @@ def intercept_api_call(
             chain.remove(entry)
             if not chain:
                 del _chains[key]
-                _chain_patches.pop(key).undo()
 
     return Patch(f"{service}:{operation} interceptor", undo)
 
 
-_serving = threading.local()
+def interceptors(service: str, operation: str) -> int:
+    """How many interceptors one action has now."""
+    with _chain_lock:
+        return len(_chains.get((service, operation), ()))
 
 
 def current_request_params() -> dict[str, Any]:
-    """Inside an interceptor: the parameters of the request being served (moto's
-    `BaseResponse.querystring`, a dict of lists), e.g. to tell a filtered call."""
-    response = getattr(_serving, "response", None)
-    return dict(getattr(response, "querystring", None) or {})
+    """Inside an interceptor: the parameters of the request being sent, a dict of lists
+    (the form-encoded body of a query/EC2 request, as moto's `querystring` had them)."""
+    request = getattr(_serving, "request", None)
+    if request is None:
+        return {}
+    body = request.body
+    text = body.decode() if isinstance(body, bytes) else str(body or "")
+    return urllib.parse.parse_qs(text) if "=" in text and not text.startswith("{") else {}
 
 
-def _chained(
-    service: str, operation: str, key: tuple[type, str], original: Callable[..., Any]
-) -> Callable[..., Any]:
-    def method(self: Any) -> Any:
-        with _chain_lock:
-            interceptors = [item[2] for item in _chains.get(key, ())]
-        _serving.response = self
+def _dispatch(event_name: str, request: Any, **kwargs: Any) -> Any:
+    """botocore `before-send` handler in place of moto's stubber (see `install_dispatcher`)."""
+    from moto.core.models import botocore_stubber
 
-        def call(index: int) -> Any:
-            if index < 0:
-                return original(self)
-            return interceptors[index](service, operation, lambda: call(index - 1))
+    parts = event_name.split(".")
+    service = _BY_SERVICE_ID.get(parts[1]) if len(parts) == 3 else None
+    with _chain_lock:
+        chain = [item[2] for item in _chains.get((service or "", parts[-1]), ())]
+    if service is None or not chain:
+        return botocore_stubber(event_name=event_name, request=request, **kwargs)
+    operation = parts[-1]
 
-        return call(len(interceptors) - 1)
+    def call(index: int) -> Any:
+        if index < 0:
+            response = botocore_stubber(event_name=event_name, request=request, **kwargs)
+            if response is not None and response.status_code >= 300:
+                raise _answered_error(SERVICES[service][1], response)
+            return response
+        return chain[index](service, operation, lambda: call(index - 1))
 
-    method.__name__ = getattr(original, "__name__", key[1])
-    method.__qualname__ = getattr(original, "__qualname__", key[1])
-    return method
+    saved = getattr(_serving, "request", None)
+    _serving.request = request
+    try:
+        return call(len(chain) - 1)
+    except AwsError as error:
+        if error.response is not None:
+            return error.response
+        return _error_response(service, request.url, error)
+    except Exception as error:
+        found = _as_aws_error(error)
+        if found is None:
+            raise
+        return _error_response(service, request.url, found)
+    finally:
+        _serving.request = saved
+
+
+def _as_aws_error(error: Exception) -> AwsError | None:
+    """A moto exception (`ServiceException`, or a `RESTError` whose `code` is the status)
+    as an `AwsError`; None for anything else."""
+    code = getattr(error, "error_type", None) or getattr(error, "code", None)
+    if not isinstance(code, str) or not hasattr(error, "message"):
+        return None
+    status = getattr(error, "code", 400)
+    return AwsError(code.split("#")[-1], str(error.message), status if isinstance(status, int) else 400)
+
+
+def _answered_error(protocol: str, response: Any) -> AwsError:
+    """moto's error answer, read as botocore's parser of `protocol` reads its code."""
+    text = response.content.decode(errors="replace")
+    if protocol in ("ec2", "query"):
+        found = [re.search(f"<{tag}>(.*?)</{tag}>", text, re.S) for tag in ("Code", "Message")]
+        code, message = (html.unescape(m.group(1)) if m else "" for m in found)
+    else:
+        try:
+            body = json.loads(text or "{}")
+        except ValueError:
+            body = {}
+        header = response.headers.get("x-amzn-ErrorType", "").split(":")[0]
+        code = header or str(body.get("__type") or body.get("code") or "")
+        message = str(body.get("message") or body.get("Message") or "")
+    return AwsError(code.split("#")[-1], message, response.status_code, response)
+
+
+def _error_response(service: str, url: str, error: AwsError) -> Any:
+    """An AWS error answer in the service's protocol, as botocore's parsers read it."""
+    from botocore.awsrequest import AWSResponse
+    from moto.core.botocore_stubber import MockRawResponse
+
+    code, message = html.escape(error.code), html.escape(error.message)
+    protocol = SERVICES[service][1]
+    headers = {"Content-Type": "application/x-amz-json-1.0"}
+    if protocol == "ec2":
+        headers = {"Content-Type": "text/xml"}
+        body = (
+            f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>"
+            "</Error></Errors><RequestID>local</RequestID></Response>"
+        )
+    elif protocol == "query":
+        headers = {"Content-Type": "text/xml"}
+        body = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code>"
+            f"<Message>{message}</Message></Error><RequestId>local</RequestId></ErrorResponse>"
+        )
+    elif protocol == "rest-json":
+        headers = {"Content-Type": "application/json", "x-amzn-ErrorType": error.code}
+        body = json.dumps({"Type": "User", "message": error.message})
+    else:
+        body = json.dumps({"__type": error.code, "message": error.message})
+    return AWSResponse(url, error.status, headers, MockRawResponse(body))
+
+
+def install_dispatcher() -> None:
+    """Put `_dispatch` where moto put its stubber: in botocore's `BUILTIN_HANDLERS`, which
+    every session made from now on registers, and in boto3's default session if it exists
+    (a client made before this keeps moto's stubber: import this module first)."""
+    import boto3
+    from botocore.handlers import BUILTIN_HANDLERS
+    from moto.core.models import botocore_stubber
+
+    for index, entry in enumerate(BUILTIN_HANDLERS):
+        if entry[1] is botocore_stubber:
+            BUILTIN_HANDLERS[index] = ("before-send", _dispatch)
+    if not any(entry[1] is _dispatch for entry in BUILTIN_HANDLERS):
+        raise HookError("moto's stubber is not among botocore's BUILTIN_HANDLERS (moto upgraded?)")
+    session = boto3.DEFAULT_SESSION
+    if session is not None:
+        session.events.unregister("before-send", botocore_stubber)
+        session.events.register("before-send", _dispatch)
 
 
 def service_error(service: str, code: str, message: str) -> Exception:
@@ -1340,7 +1423,7 @@ def service_error(service: str, code: str, message: str) -> Exception:
         from moto.elbv2.exceptions import ELBClientError
 
         return ELBClientError(code, message)
-    raise ValueError(f"no AWS error for service {service!r}; known: {', '.join(RESPONSE_CLASSES)}")
+    raise ValueError(f"no AWS error for service {service!r}; known: {', '.join(SERVICES)}")
 
 
 def raise_service_error(service: str, code: str, message: str) -> NoReturn:
@@ -1512,3 +1595,6 @@ class Recorder:
     def clear(self) -> None:
         with self._lock:
             self.values.clear()
+
+
+install_dispatcher()
