@@ -1553,6 +1553,8 @@ def test_faults_reach_the_other_services(mocked: Mocked) -> None:
             with pytest.raises(ClientError) as raised:
                 call()
             codes[operation] = raised.value.response["Error"]["Code"]
+            # The Step Functions interpreter puts the request id in a task failure's cause
+            assert raised.value.response["ResponseMetadata"].get("RequestId"), operation
     assert codes == {
         "PutItem": "ProvisionedThroughputExceededException",
         "UpdateItem": "ConditionalCheckFailedException",
@@ -1561,6 +1563,26 @@ def test_faults_reach_the_other_services(mocked: Mocked) -> None:
     }
     items = mocked.dynamodb.scan(TableName="locks")["Items"]
     assert items == [{"pk": {"S": "b"}, "v": {"S": "x"}}], "only the after-fault write applies"
+
+
+def test_a_lambda_fault_is_the_lambda_tasks_error(mocked: Mocked) -> None:
+    mocked.function("fn")
+    definition = {
+        "StartAt": "Call",
+        "States": {
+            "Call": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {"FunctionName": "fn", "Payload": {}},
+                "Catch": [{"ErrorEquals": ["Lambda.TooManyRequestsException"], "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "End": True},
+        },
+    }
+    with FaultInjector(Fault("lambda", "Invoke", "TooManyRequestsException")) as injector:
+        result = mocked.run(definition)
+    assert (result["status"], len(injector.fired)) == ("SUCCEEDED", 1)
 
 
 def test_an_ec2_fault_reaches_the_interpreters_aws_sdk_task(mocked: Mocked) -> None:

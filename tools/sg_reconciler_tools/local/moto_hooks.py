@@ -22,6 +22,7 @@ import re
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -1360,24 +1361,23 @@ def _error_response(service: str, url: str, error: AwsError) -> Any:
     from moto.core.botocore_stubber import MockRawResponse
 
     code, message = html.escape(error.code), html.escape(error.message)
-    protocol = SERVICES[service][1]
-    headers = {"Content-Type": "application/x-amz-json-1.0"}
+    protocol, request_id = SERVICES[service][1], str(uuid.uuid4())
+    headers = {"Content-Type": "text/xml", "x-amzn-RequestId": request_id}
     if protocol == "ec2":
-        headers = {"Content-Type": "text/xml"}
         body = (
             f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>"
-            "</Error></Errors><RequestID>local</RequestID></Response>"
+            f"</Error></Errors><RequestID>{request_id}</RequestID></Response>"
         )
     elif protocol == "query":
-        headers = {"Content-Type": "text/xml"}
         body = (
-            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code>"
-            f"<Message>{message}</Message></Error><RequestId>local</RequestId></ErrorResponse>"
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}"
+            f"</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>"
         )
     elif protocol == "rest-json":
-        headers = {"Content-Type": "application/json", "x-amzn-ErrorType": error.code}
+        headers.update({"Content-Type": "application/json", "x-amzn-ErrorType": error.code})
         body = json.dumps({"Type": "User", "message": error.message})
     else:
+        headers["Content-Type"] = "application/x-amz-json-1.0"
         body = json.dumps({"__type": error.code, "message": error.message})
     return AWSResponse(url, error.status, headers, MockRawResponse(body))
 
