@@ -12,6 +12,7 @@ import importlib.metadata
 import ipaddress
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -551,6 +552,14 @@ def test_revoking_by_permission_ignores_the_description(mocked: Mocked) -> None:
 
 def test_a_group_rule_shows_its_description(mocked: Mocked) -> None:
     lb, node = mocked.group("lb"), mocked.group("node")
+    mocked.ec2.authorize_security_group_ingress(
+        GroupId=node, IpPermissions=[group_rule(lb, 79, "moto alone")]
+    )
+    (alone,) = describe(mocked, node)
+    assert "Description" not in alone, "moto now shows it: drop patch_group_rule_description"
+    mocked.ec2.revoke_security_group_ingress(
+        GroupId=node, SecurityGroupRuleIds=[alone["SecurityGroupRuleId"]]
+    )
     with moto_hooks.patch_group_rule_description():
         mocked.ec2.authorize_security_group_ingress(
             GroupId=node, IpPermissions=[group_rule(lb, 80, "from the load balancer")]
@@ -581,6 +590,9 @@ def test_a_group_rule_shows_its_description(mocked: Mocked) -> None:
 def test_a_multi_permission_authorize_returns_every_new_rule(mocked: Mocked) -> None:
     node = mocked.group("node")
     permissions = [cidr_rule("10.0.0.0/8", 80), cidr_rule("10.0.0.0/8", 443)]
+    alone = mocked.ec2.authorize_security_group_ingress(GroupId=node, IpPermissions=permissions)
+    assert len(alone["SecurityGroupRules"]) == 1, "moto returns all now: drop the patch"
+    mocked.ec2.revoke_security_group_ingress(GroupId=node, IpPermissions=permissions)
     with moto_hooks.patch_authorize_returns_all_rules():
         response = mocked.ec2.authorize_security_group_ingress(
             GroupId=node, IpPermissions=permissions
@@ -595,6 +607,14 @@ def test_a_multi_permission_authorize_returns_every_new_rule(mocked: Mocked) -> 
 
 def test_cidr_host_bits_are_masked_as_ec2_does(mocked: Mocked) -> None:
     node = mocked.group("node")
+    mocked.ec2.authorize_security_group_ingress(
+        GroupId=node, IpPermissions=[cidr_rule("10.9.2.3/16", 81)]
+    )
+    (alone,) = describe(mocked, node)
+    assert alone["CidrIpv4"] == "10.9.2.3/16", "moto masks now: drop patch_cidr_host_bits_masked"
+    mocked.ec2.revoke_security_group_ingress(
+        GroupId=node, IpPermissions=[cidr_rule("10.9.2.3/16", 81)]
+    )
     with moto_hooks.patch_cidr_host_bits_masked():
         mocked.ec2.authorize_security_group_ingress(
             GroupId=node,
@@ -1177,6 +1197,61 @@ def test_undoing_the_address_and_subnet_hooks_restores_moto(mocked: Mocked) -> N
     shown = mocked.ec2.describe_subnets(Filters=filter_list({"vpc_id": world.vpc}))["Subnets"]
     (association,) = shown[0]["Ipv6CidrBlockAssociationSet"]
     assert association["Ipv6CidrBlockState"] == {"State": "{'State': 'associated'}"}
+
+
+def test_moto_alone_sends_no_execution_status_change(mocked: Mocked) -> None:
+    sqs, events = client("sqs"), client("events")
+    queue = sqs.create_queue(QueueName="hooks-status")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    events.put_rule(Name="status", EventPattern=json.dumps({"source": ["aws.states"]}))
+    events.put_targets(Rule="status", Targets=[{"Id": "q", "Arn": arn}])
+    ended: list[str] = []
+    with moto_hooks.on_execution_end(lambda execution: ended.append(execution.exec_arn)):
+        result = mocked.run({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    assert ended == [result["executionArn"]]
+    assert "Messages" not in sqs.receive_message(QueueUrl=queue), (
+        "moto sends the status change now: drop on_execution_end"
+    )
+
+
+def test_a_stop_aborts_at_once_as_on_aws_while_the_task_runs_on(mocked: Mocked) -> None:
+    arn = mocked.function("slow")
+    entered, release = threading.Event(), threading.Event()
+
+    def dispatch(name: str, payload: bytes) -> LambdaResult:
+        entered.set()
+        release.wait(10)
+        return LambdaResult(b"{}")
+
+    definition = {"StartAt": "S", "States": {"S": {"Type": "Task", "Resource": arn, "End": True}}}
+    machine = mocked.sfn.create_state_machine(
+        name="slow", definition=json.dumps(definition), roleArn=mocked.role
+    )["stateMachineArn"]
+
+    def status_after_stop(name: str) -> str:
+        entered.clear()
+        release.clear()
+        execution = mocked.sfn.start_execution(stateMachineArn=machine, name=name)["executionArn"]
+        assert entered.wait(10)
+        mocked.sfn.stop_execution(executionArn=execution)
+        status = str(mocked.sfn.describe_execution(executionArn=execution)["status"])
+        release.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            history = mocked.sfn.get_execution_history(executionArn=execution)
+            if history["events"][-1]["type"] == "ExecutionAborted":
+                break
+            time.sleep(0.01)
+        return status
+
+    stopped: list[str] = []
+    with moto_hooks.patch_lambda_invoke(dispatch):
+        assert status_after_stop("alone") == "RUNNING", "moto aborts at once now: drop the patch"
+        with moto_hooks.patch_stop_as_aws(lambda execution: stopped.append(execution.name)):
+            assert status_after_stop("as-aws") == "ABORTED"
+    assert stopped == ["as-aws"], "the status change goes out at the stop"
 
 
 def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> None:
