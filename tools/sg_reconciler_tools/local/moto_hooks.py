@@ -1,13 +1,17 @@
-"""Every hook into moto's internals, in one module (moto is pinned to 5.2.5).
+"""Every hook into moto, in one module (moto is pinned to 5.2.5).
 
-The local runtime needs a few things moto does not offer through its API: run our Lambda
-handlers in-process, skip the interpreter's real sleeping, close EC2 fidelity gaps,
-inject faults, observe every security-group write and read a created stack's attributes.
-Each hook is one small function whose docstring names the moto internal it touches and
-returns a `Patch` that undoes it. `tests/local/test_moto_hooks.py` checks each one, so a
-moto upgrade that moves an internal fails there with a clear message instead of deep
-inside a state-machine run. The workarounds for moto's CloudFormation (template changes,
-and the one patch of its models) are in `cfn_workarounds`.
+Faults and observation do not touch moto: `intercept_api_call` runs interceptors in
+botocore's public `before-send` event, around moto's stubber, for every client in the
+process. What moto does not offer through its API is patched, one small function per gap,
+whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
+the AWS page it follows (`AWS: ...`); each returns a `Patch` that undoes it. The gaps:
+running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
+public switch), EC2, Step Functions and EventBridge behaviour moto lacks, three speed-only
+lookups (answers unchanged) and reading a created stack's attributes.
+`tests/local/test_moto_hooks.py` shows, for each, what moto does alone and that the patch
+fixes it, so a moto upgrade that closes a gap or moves an internal fails there instead of
+deep inside a state-machine run. The workarounds for moto's CloudFormation are in
+`cfn_workarounds`.
 """
 
 from __future__ import annotations
@@ -187,6 +191,8 @@ def patch_lambda_invoke(dispatch: LambdaDispatch) -> Patch:
     (`...state_task.lambda_eval_utils`); a function error travels in the
     `x-amz-function-error` header, which the interpreter turns into a task failure whose
     error name is the payload's `errorType`.
+
+    AWS: https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html (X-Amz-Function-Error)
     """
     from moto.awslambda_simple.models import LambdaSimpleBackend
 
@@ -274,7 +280,10 @@ def patch_states_all_as_aws() -> Patch:
     States.DataLimitExceeded (naming them explicitly still does, as ErrorEquals compares names).
 
     Wraps `moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl
-    .ErrorEqualsDecl._eval_body`, which pops the error name and pushes whether it matched."""
+    .ErrorEqualsDecl._eval_body`, which pops the error name and pushes whether it matched.
+
+    AWS: https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html
+    """
     from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
 
     path = "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl.ErrorEqualsDecl"
@@ -320,6 +329,9 @@ def patch_duplicate_ignores_description() -> Patch:
     `authorize_security_group_ingress` uses (`rule in group.ingress_rules`) to raise
     `InvalidPermission.Duplicate`; in 5.2.5 it compares a referenced group's whole dict,
     Description included, so a second group rule with another description was accepted.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_UpdateSecurityGroupRuleDescriptionsIngress.html
+    (a description is changed on the rule it names, so it is no part of the rule's identity)
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -340,6 +352,8 @@ def patch_group_rule_description() -> Patch:
     `ip_range["Description"]`; a referenced-group rule keeps its description in
     `source_group`, so describe dropped it. `modify_security_group_rules` writes a new
     description into `ip_range`, so that one wins.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SecurityGroupRule.html
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -364,6 +378,9 @@ def patch_authorize_returns_all_rules() -> Patch:
     in 5.2.5 it loops over the IpPermissions and returns the rules of the last one only, so
     the `SecurityGroupRules` of the response missed ids that AWS returns. Like moto (and as
     AWS does not promise otherwise), a permission that fails keeps the earlier ones applied.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_AuthorizeSecurityGroupIngress.html
+    (SecurityGroupRules: "the inbound (ingress) security group rules that were added")
     """
     from moto.core.responses import ActionResult
     from moto.ec2.responses.security_groups import SecurityGroups
@@ -390,6 +407,9 @@ def patch_cidr_host_bits_masked() -> Patch:
     Wraps `moto.ec2.models.security_groups.SecurityGroupRule.__init__`, which stores
     `ip_range["CidrIp"]` / `["CidrIpv6"]` as given; the duplicate check and describe then
     see the masked network. (`modify_security_group_rules` still stores what it is given.)
+
+    AWS: https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html (a CIDR
+    source is a network; EC2 answers with the network of a CIDR given with host bits)
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -441,7 +461,10 @@ def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
     (one IpPermission); in 5.2.5 its `_verify_group_will_respect_rule_count_limit` counts
     IPv4 and IPv6 rules together and prefix lists not at all. The wrapper runs moto's call
     with that check off, then takes the permission's rules back out and raises
-    `RulesPerSecurityGroupLimitExceeded` when either family is over `limit`."""
+    `RulesPerSecurityGroupLimitExceeded` when either family is over `limit`.
+
+    AWS: https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups
+    """
     from moto.ec2.exceptions import RulesPerSecurityGroupLimitExceededError
     from moto.ec2.models.security_groups import SecurityGroupBackend
 
@@ -656,6 +679,9 @@ def patch_eni_delegated_prefixes() -> Patch:
     AWS; a wrapper of `NetworkInterfaceBackend.get_all_network_interfaces` answers the
     `INVALID_ENI_PREFIX_FILTERS` with AWS's InvalidParameterValue instead of moto's
     FilterNotImplementedError. A prefix is not checked against the subnet's CIDRs.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-prefix-eni.html and the
+    filters of https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html
     """
     from moto.core.responses import ActionResult
     from moto.ec2 import utils as ec2_utils
@@ -830,6 +856,8 @@ def patch_eni_address_filters() -> Patch:
     `NetworkInterfaceBackend.get_all_network_interfaces` takes the `ENI_ADDRESS_FILTERS`
     out of the filters, lets moto apply the rest (`vpc-id`, ...) and keeps the interfaces
     with any address matching any value (`*` and `?` wildcards, as EC2 and moto allow).
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeNetworkInterfaces.html
     """
     from moto.ec2.models.elastic_network_interfaces import NetworkInterfaceBackend
 
@@ -869,6 +897,8 @@ def patch_subnet_ipv6_state() -> Patch:
     the state. The replacement property renders the stored state itself, keeping moto's
     choice of listing associated blocks only. AssociateSubnetCidrBlock returns the stored
     association and was right already.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SubnetCidrBlockState.html
     """
     from moto.ec2.models.subnets import Subnet
 
@@ -1075,7 +1105,10 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
     _reflect_execution_status`, which sets `exec_status` (SUCCEEDED, FAILED, ABORTED,
     TIMED_OUT) once the interpreter's program ends; moto emits no EventBridge "Execution
     Status Change" event, so the local runtime delivers one from here. The listener runs
-    in the execution's worker thread, after the status is set."""
+    in the execution's worker thread, after the status is set.
+
+    AWS: https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html
+    """
     from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
     owner = "moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication"
@@ -1102,7 +1135,10 @@ def patch_stop_as_aws(listener: Callable[[Any], None]) -> Patch:
     moto 5.2.5's `Execution.stop` only flags the program; the status stays RUNNING until the
     interpreter's thread leaves the state it is in (a Lambda task returns), and only then is
     the status set. The listener also runs from `on_execution_end` when that thread ends: the
-    runtime delivers one status change per execution."""
+    runtime delivers one status change per execution.
+
+    AWS: https://docs.aws.amazon.com/step-functions/latest/apireference/API_StopExecution.html
+    """
     from moto.stepfunctions.parser.api import ExecutionStatus
     from moto.stepfunctions.parser.backend.execution import (
         BaseExecutionWorkerCommunication,
@@ -1166,7 +1202,10 @@ def patch_atomic_writes() -> Patch:
     moto 5.2.5 runs a request's backend method without any lock; once handlers run
     concurrently (a Map's items), two conditional PutItem calls on one lock item could both
     see it free. Interceptors on `intercept_api_call`'s innermost layer hold one lock per
-    service around moto's own work only (faults and observers stay outside it)."""
+    service around moto's own work only (faults and observers stay outside it).
+
+    AWS: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html
+    """
     locks = {service: threading.RLock() for service in ATOMIC_WRITES}
 
     def atomic(service: str, operation: str, proceed: Proceed) -> Any:
@@ -1197,6 +1236,8 @@ def patch_events_envelope() -> Patch:
     `moto.events.utils.EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE` (used when a target
     has no InputTransformer) leaves `account` out of the envelope; the planner rejects events
     without an account, so the SQS bodies moto delivers would all be ignored.
+
+    AWS: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-events-structure.html
     """
     from moto.events.utils import EventTemplateParser
 
@@ -1335,7 +1376,9 @@ def _as_aws_error(error: Exception) -> AwsError | None:
     if not isinstance(code, str) or not hasattr(error, "message"):
         return None
     status = getattr(error, "code", 400)
-    return AwsError(code.split("#")[-1], str(error.message), status if isinstance(status, int) else 400)
+    return AwsError(
+        code.split("#")[-1], str(error.message), status if isinstance(status, int) else 400
+    )
 
 
 def _answered_error(protocol: str, response: Any) -> AwsError:
