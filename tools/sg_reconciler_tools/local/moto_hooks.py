@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
 
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
@@ -1422,7 +1422,8 @@ def _error_response(service: str, url: str, error: AwsError) -> Any:
     else:
         headers["Content-Type"] = "application/x-amz-json-1.0"
         body = json.dumps({"__type": error.code, "message": error.message})
-    return AWSResponse(url, error.status, headers, MockRawResponse(body))
+    # a dict, as moto's stubber passes: AWSResponse makes it case-insensitive
+    return AWSResponse(url, error.status, headers, MockRawResponse(body))  # type: ignore[arg-type]
 
 
 def install_dispatcher() -> None:
@@ -1440,7 +1441,7 @@ def install_dispatcher() -> None:
         raise HookError("moto's stubber is not among botocore's BUILTIN_HANDLERS (moto upgraded?)")
     session = boto3.DEFAULT_SESSION
     if session is not None:
-        session.events.unregister("before-send", botocore_stubber)
+        session.events.unregister("before-send", cast(Any, botocore_stubber))
         session.events.register("before-send", _dispatch)
 
 
