@@ -215,7 +215,8 @@ INTERNALS = [
     ("moto.ec2.utils", None, "passes_filter_dict"),
     ("moto.ec2.exceptions", None, "InvalidParameterValue"),
     ("moto.ec2.models", None, "ec2_backends"),
-    ("moto.core.utils", None, "camelcase_to_underscores"),
+    ("moto.core.models", None, "botocore_stubber"),  # intercept_api_call stands in its place
+    ("moto.core.botocore_stubber", None, "MockRawResponse"),
     ("moto.ec2.exceptions", None, "EC2ClientError"),
     ("moto.dynamodb.exceptions", None, "DynamodbException"),
     ("moto.awslambda.exceptions", None, "LambdaClientError"),
@@ -229,6 +230,13 @@ INTERNALS = [
     ("moto.stepfunctions.responses", None, "get_backend"),
     ("moto.dynamodb.models.table", "Table", "create_from_cloudformation_json"),
     ("moto.events.models", "Rule", "send_to_targets"),
+    (
+        "moto.stepfunctions.parser.backend.execution",
+        "BaseExecutionWorkerCommunication",
+        "_reflect_execution_status",
+    ),
+    ("moto.stepfunctions.parser.backend.execution", "Execution", "stop"),
+    ("moto.events.utils", "EventTemplateParser", "DEFAULT_EVENT_INPUT_TEMPLATE"),
     (
         "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl",
         "ErrorEqualsDecl",
