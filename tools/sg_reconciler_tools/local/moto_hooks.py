@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import html
 import ipaddress
 import itertools
@@ -1299,6 +1300,8 @@ def intercept_api_call(
     outer), then by installation."""
     if service not in SERVICES:
         raise ValueError(f"no hook for service {service!r}; known: {', '.join(SERVICES)}")
+    if operation not in _operations(service):
+        raise ValueError(f"{service} has no API action {operation!r} (botocore's model)")
     key = (service, operation)
     entry = (layer, next(_sequence), interceptor)
     with _chain_lock:
@@ -1313,6 +1316,13 @@ def intercept_api_call(
                 del _chains[key]
 
     return Patch(f"{service}:{operation} interceptor", undo)
+
+
+@functools.cache
+def _operations(service: str) -> frozenset[str]:
+    import botocore.session
+
+    return frozenset(botocore.session.get_session().get_service_model(service).operation_names)
 
 
 def interceptors(service: str, operation: str) -> int:
