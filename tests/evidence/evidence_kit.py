@@ -62,7 +62,6 @@ ERROR_CODES: dict[str, dict[str, str]] = {
         "server_error": "ServiceUnavailable",
     },
 }
-ELBV2_RESPONSE_CLASS = ("moto.elbv2.responses", "ELBV2Response")
 # What Lambda reports when the sandbox is killed mid-invocation (timeout, OOM, crash): an
 # unhandled function error whose errorType Step Functions uses as the error name.
 DIED_ERROR_TYPE = "Sandbox.Timedout"
@@ -76,20 +75,6 @@ class ProcessKilled(Exception):
     It is not an AWS error, so no adapter maps it; `ScenarioFault` turns the invocation's
     answer into Lambda's `Sandbox.Timedout` failure.
     """
-
-
-@contextmanager
-def elbv2_hookable() -> Iterator[None]:
-    """Let `moto_hooks.intercept_api_call` wrap ELBv2 actions (the local runtime ships without)."""
-    known = moto_hooks.RESPONSE_CLASSES
-    added = "elbv2" not in known
-    if added:
-        known["elbv2"] = ELBV2_RESPONSE_CLASS  # type: ignore[index]
-    try:
-        yield
-    finally:
-        if added:
-            del known["elbv2"]  # type: ignore[attr-defined]
 
 
 def service_error(service: str, code: str, message: str, *, status: int | None = None) -> Exception:
@@ -125,12 +110,8 @@ class ScenarioFault:
         self._lock = threading.Lock()
         self._died = threading.local()
         self._patches: list[moto_hooks.Patch] = []
-        self._elbv2: Any = None
 
     def __enter__(self) -> ScenarioFault:
-        if self.service == "elbv2":
-            self._elbv2 = elbv2_hookable()
-            self._elbv2.__enter__()
         self._patches.append(
             moto_hooks.intercept_api_call(
                 self.service, self.operation, self._intercept, layer=moto_hooks.FAULT_LAYER
@@ -153,9 +134,6 @@ class ScenarioFault:
         for patch in reversed(self._patches):
             patch.undo()
         self._patches = []
-        if self._elbv2 is not None:
-            self._elbv2.__exit__(None, None, None)
-            self._elbv2 = None
 
     def _take(self) -> int | None:
         with self._lock:
@@ -192,14 +170,17 @@ class ScenarioFault:
 
 
 def died_response(result: Any) -> Any:
-    """LambdaResponse.invoke's (status, headers, body) turned into a killed-sandbox failure."""
-    status, headers, _ = result
+    """moto's Invoke answer (a botocore `AWSResponse`) turned into a killed-sandbox failure."""
+    from botocore.awsrequest import AWSResponse
+    from moto.core.botocore_stubber import MockRawResponse
+
     body = json.dumps(
         {"errorType": DIED_ERROR_TYPE, "errorMessage": "Task timed out (sandbox killed)"}
     ).encode()
-    headers = {**headers, "x-amz-function-error": "Unhandled", "Content-Length": str(len(body))}
+    headers = {**result.headers, "x-amz-function-error": "Unhandled"}
+    headers["Content-Length"] = str(len(body))
     headers.pop("x-amz-crc32", None)
-    return status, headers, body
+    return AWSResponse(result.url, result.status_code, headers, MockRawResponse(body))
 
 
 # The runtime ---------------------------------------------------------------------------

@@ -79,3 +79,10 @@ def test_the_message_is_the_one_given(ec2: object) -> None:
     with FaultInjector(fault), pytest.raises(ClientError) as raised:
         ec2.describe_security_groups()  # type: ignore[attr-defined]
     assert raised.value.response["Error"]["Message"] == "not for you"
+
+
+def test_a_fault_on_an_action_the_service_lacks_is_refused() -> None:
+    misspelt = Fault("ec2", "DescribeSecurityGroup", "RequestLimitExceeded")
+    with pytest.raises(ValueError, match="no API action 'DescribeSecurityGroup'"):
+        FaultInjector(misspelt).__enter__()
+    assert moto_hooks.interceptors("ec2", "DescribeSecurityGroup") == 0

@@ -12,6 +12,7 @@ import importlib.metadata
 import ipaddress
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -214,7 +215,8 @@ INTERNALS = [
     ("moto.ec2.utils", None, "passes_filter_dict"),
     ("moto.ec2.exceptions", None, "InvalidParameterValue"),
     ("moto.ec2.models", None, "ec2_backends"),
-    ("moto.core.utils", None, "camelcase_to_underscores"),
+    ("moto.core.models", None, "botocore_stubber"),  # intercept_api_call stands in its place
+    ("moto.core.botocore_stubber", None, "MockRawResponse"),
     ("moto.ec2.exceptions", None, "EC2ClientError"),
     ("moto.dynamodb.exceptions", None, "DynamodbException"),
     ("moto.awslambda.exceptions", None, "LambdaClientError"),
@@ -228,6 +230,13 @@ INTERNALS = [
     ("moto.stepfunctions.responses", None, "get_backend"),
     ("moto.dynamodb.models.table", "Table", "create_from_cloudformation_json"),
     ("moto.events.models", "Rule", "send_to_targets"),
+    (
+        "moto.stepfunctions.parser.backend.execution",
+        "BaseExecutionWorkerCommunication",
+        "_reflect_execution_status",
+    ),
+    ("moto.stepfunctions.parser.backend.execution", "Execution", "stop"),
+    ("moto.events.utils", "EventTemplateParser", "DEFAULT_EVENT_INPUT_TEMPLATE"),
     (
         "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl",
         "ErrorEqualsDecl",
@@ -263,13 +272,24 @@ FAULT_TARGETS = [
 
 
 @pytest.mark.parametrize(("service", "operation"), FAULT_TARGETS, ids=lambda v: str(v))
-def test_every_interceptable_operation_has_a_response_method(service: str, operation: str) -> None:
-    cls = moto_hooks.response_class(service)
-    method = moto_hooks.response_method_name(operation)
-    assert callable(getattr(cls, method, None)), (
-        f"moto's {cls.__name__} no longer serves {operation} with a method {method}: "
-        "intercept_api_call (faults, write listener) cannot wrap it"
+def test_every_interceptable_operation_is_in_botocores_model(service: str, operation: str) -> None:
+    import botocore.session
+
+    service_id, protocol = moto_hooks.SERVICES[service]
+    model = botocore.session.get_session().get_service_model(service)
+    assert (model.service_id.hyphenize(), model.protocol) == (service_id, protocol), (
+        "intercept_api_call reads the service from botocore's event name and writes errors "
+        "in its protocol"
     )
+    assert operation in model.operation_names
+
+
+def test_the_dispatcher_stands_where_motos_stubber_stood() -> None:
+    from botocore.handlers import BUILTIN_HANDLERS
+    from moto.core.models import botocore_stubber
+
+    handlers = [entry[1] for entry in BUILTIN_HANDLERS]
+    assert moto_hooks._dispatch in handlers and botocore_stubber not in handlers
 
 
 # (b) Lambda dispatch ---------------------------------------------------------------------
@@ -540,6 +560,14 @@ def test_revoking_by_permission_ignores_the_description(mocked: Mocked) -> None:
 
 def test_a_group_rule_shows_its_description(mocked: Mocked) -> None:
     lb, node = mocked.group("lb"), mocked.group("node")
+    mocked.ec2.authorize_security_group_ingress(
+        GroupId=node, IpPermissions=[group_rule(lb, 79, "moto alone")]
+    )
+    (alone,) = describe(mocked, node)
+    assert "Description" not in alone, "moto now shows it: drop patch_group_rule_description"
+    mocked.ec2.revoke_security_group_ingress(
+        GroupId=node, SecurityGroupRuleIds=[alone["SecurityGroupRuleId"]]
+    )
     with moto_hooks.patch_group_rule_description():
         mocked.ec2.authorize_security_group_ingress(
             GroupId=node, IpPermissions=[group_rule(lb, 80, "from the load balancer")]
@@ -570,6 +598,9 @@ def test_a_group_rule_shows_its_description(mocked: Mocked) -> None:
 def test_a_multi_permission_authorize_returns_every_new_rule(mocked: Mocked) -> None:
     node = mocked.group("node")
     permissions = [cidr_rule("10.0.0.0/8", 80), cidr_rule("10.0.0.0/8", 443)]
+    alone = mocked.ec2.authorize_security_group_ingress(GroupId=node, IpPermissions=permissions)
+    assert len(alone["SecurityGroupRules"]) == 1, "moto returns all now: drop the patch"
+    mocked.ec2.revoke_security_group_ingress(GroupId=node, IpPermissions=permissions)
     with moto_hooks.patch_authorize_returns_all_rules():
         response = mocked.ec2.authorize_security_group_ingress(
             GroupId=node, IpPermissions=permissions
@@ -584,6 +615,14 @@ def test_a_multi_permission_authorize_returns_every_new_rule(mocked: Mocked) -> 
 
 def test_cidr_host_bits_are_masked_as_ec2_does(mocked: Mocked) -> None:
     node = mocked.group("node")
+    mocked.ec2.authorize_security_group_ingress(
+        GroupId=node, IpPermissions=[cidr_rule("10.9.2.3/16", 81)]
+    )
+    (alone,) = describe(mocked, node)
+    assert alone["CidrIpv4"] == "10.9.2.3/16", "moto masks now: drop patch_cidr_host_bits_masked"
+    mocked.ec2.revoke_security_group_ingress(
+        GroupId=node, IpPermissions=[cidr_rule("10.9.2.3/16", 81)]
+    )
     with moto_hooks.patch_cidr_host_bits_masked():
         mocked.ec2.authorize_security_group_ingress(
             GroupId=node,
@@ -1168,6 +1207,61 @@ def test_undoing_the_address_and_subnet_hooks_restores_moto(mocked: Mocked) -> N
     assert association["Ipv6CidrBlockState"] == {"State": "{'State': 'associated'}"}
 
 
+def test_moto_alone_sends_no_execution_status_change(mocked: Mocked) -> None:
+    sqs, events = client("sqs"), client("events")
+    queue = sqs.create_queue(QueueName="hooks-status")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    events.put_rule(Name="status", EventPattern=json.dumps({"source": ["aws.states"]}))
+    events.put_targets(Rule="status", Targets=[{"Id": "q", "Arn": arn}])
+    ended: list[str] = []
+    with moto_hooks.on_execution_end(lambda execution: ended.append(execution.exec_arn)):
+        result = mocked.run({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    assert ended == [result["executionArn"]]
+    assert "Messages" not in sqs.receive_message(QueueUrl=queue), (
+        "moto sends the status change now: drop on_execution_end"
+    )
+
+
+def test_a_stop_aborts_at_once_as_on_aws_while_the_task_runs_on(mocked: Mocked) -> None:
+    arn = mocked.function("slow")
+    entered, release = threading.Event(), threading.Event()
+
+    def dispatch(name: str, payload: bytes) -> LambdaResult:
+        entered.set()
+        release.wait(10)
+        return LambdaResult(b"{}")
+
+    definition = {"StartAt": "S", "States": {"S": {"Type": "Task", "Resource": arn, "End": True}}}
+    machine = mocked.sfn.create_state_machine(
+        name="slow", definition=json.dumps(definition), roleArn=mocked.role
+    )["stateMachineArn"]
+
+    def status_after_stop(name: str) -> str:
+        entered.clear()
+        release.clear()
+        execution = mocked.sfn.start_execution(stateMachineArn=machine, name=name)["executionArn"]
+        assert entered.wait(10)
+        mocked.sfn.stop_execution(executionArn=execution)
+        status = str(mocked.sfn.describe_execution(executionArn=execution)["status"])
+        release.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            history = mocked.sfn.get_execution_history(executionArn=execution)
+            if history["events"][-1]["type"] == "ExecutionAborted":
+                break
+            time.sleep(0.01)
+        return status
+
+    stopped: list[str] = []
+    with moto_hooks.patch_lambda_invoke(dispatch):
+        assert status_after_stop("alone") == "RUNNING", "moto aborts at once now: drop the patch"
+        with moto_hooks.patch_stop_as_aws(lambda execution: stopped.append(execution.name)):
+            assert status_after_stop("as-aws") == "ABORTED"
+    assert stopped == ["as-aws"], "the status change goes out at the stop"
+
+
 def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> None:
     sqs, events = client("sqs"), client("events")
     queue = sqs.create_queue(QueueName="hooks-events")["QueueUrl"]
@@ -1542,6 +1636,8 @@ def test_faults_reach_the_other_services(mocked: Mocked) -> None:
             with pytest.raises(ClientError) as raised:
                 call()
             codes[operation] = raised.value.response["Error"]["Code"]
+            # The Step Functions interpreter puts the request id in a task failure's cause
+            assert raised.value.response["ResponseMetadata"].get("RequestId"), operation
     assert codes == {
         "PutItem": "ProvisionedThroughputExceededException",
         "UpdateItem": "ConditionalCheckFailedException",
@@ -1550,6 +1646,26 @@ def test_faults_reach_the_other_services(mocked: Mocked) -> None:
     }
     items = mocked.dynamodb.scan(TableName="locks")["Items"]
     assert items == [{"pk": {"S": "b"}, "v": {"S": "x"}}], "only the after-fault write applies"
+
+
+def test_a_lambda_fault_is_the_lambda_tasks_error(mocked: Mocked) -> None:
+    mocked.function("fn")
+    definition = {
+        "StartAt": "Call",
+        "States": {
+            "Call": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {"FunctionName": "fn", "Payload": {}},
+                "Catch": [{"ErrorEquals": ["Lambda.TooManyRequestsException"], "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "End": True},
+        },
+    }
+    with FaultInjector(Fault("lambda", "Invoke", "TooManyRequestsException")) as injector:
+        result = mocked.run(definition)
+    assert (result["status"], len(injector.fired)) == ("SUCCEEDED", 1)
 
 
 def test_an_ec2_fault_reaches_the_interpreters_aws_sdk_task(mocked: Mocked) -> None:
@@ -1611,18 +1727,27 @@ def test_the_write_listener_sees_applied_and_failed_writes_but_not_before_faults
     ]
 
 
-def test_interceptors_nest_and_unwind_in_any_order() -> None:
-    from moto.ec2.responses import EC2Response
+def test_interceptors_nest_and_unwind_in_any_order(mocked: Mocked) -> None:
+    node = mocked.group("node")
+    order: list[str] = []
 
-    name = "authorize_security_group_ingress"
-    original = getattr(EC2Response, name)
-    first = moto_hooks.on_ec2_write(lambda operation, error: None)
+    def named(name: str) -> moto_hooks.Interceptor:
+        def intercept(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+            order.append(name)
+            return proceed()
+
+        return intercept
+
+    operation = "AuthorizeSecurityGroupIngress"
+    first = moto_hooks.intercept_api_call("ec2", operation, named("fault"))
     second = moto_hooks.intercept_api_call(
-        "ec2", "AuthorizeSecurityGroupIngress", lambda s, o, proceed: proceed()
+        "ec2", operation, named("observer"), layer=moto_hooks.OBSERVER_LAYER
     )
-    assert getattr(EC2Response, name) is not original
+    mocked.ec2.authorize_security_group_ingress(
+        GroupId=node, IpPermissions=[cidr_rule("10.0.0.0/8", 80)]
+    )
+    assert order == ["fault", "observer"], "higher layers are outer"
     first.undo()  # not the last installed: the other interceptor stays
-    assert getattr(EC2Response, name) is not original
+    assert moto_hooks.interceptors("ec2", operation) == 1
     second.undo()
-    assert getattr(EC2Response, name) is original
-    assert name not in EC2Response.__dict__, "the inherited method must be inherited again"
+    assert moto_hooks.interceptors("ec2", operation) == 0

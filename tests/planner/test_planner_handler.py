@@ -606,14 +606,14 @@ def executions_held() -> Iterator[threading.Event]:
 
 @contextmanager
 def start_calls() -> Iterator[list[str]]:
-    """Each StartExecution moto served: 'ok' or the error class it raised."""
+    """Each StartExecution moto served: 'ok' or the AWS error code it answered."""
     seen: list[str] = []
 
     def observe(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
         try:
             result = proceed()
         except Exception as error:
-            seen.append(type(error).__name__)
+            seen.append(str(getattr(error, "code", type(error).__name__)))
             raise
         seen.append("ok")
         return result

@@ -2,7 +2,9 @@
 
 Dev tooling, never deployed. The SAM template becomes a moto CloudFormation stack
 (`stack`: package and translate; `cfn_workarounds`: what moto's CloudFormation needs).
-Every hook into moto internals lives in `moto_hooks`.
+Every hook into moto lives in `moto_hooks`: faults and observers run in botocore's
+`before-send` event around moto's stubber; patches only for what moto lacks
+(docs/local-runtime.md).
 
     with LocalRuntime("template.yaml") as local:
         monitor = InvariantMonitor(local.clients.ec2, group_ids, None, desired_rules)

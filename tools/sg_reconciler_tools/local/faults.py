@@ -3,8 +3,8 @@
 A `Fault` makes the next `count` calls of one API operation fail with an AWS error code,
 either before moto runs the call ("before": nothing changes) or after ("after": the call
 took effect but the caller sees an error, as when a response is lost). The injector works
-for boto3 clients, handlers and the Step Functions interpreter alike, because it wraps
-moto's request handling (see `moto_hooks.intercept_api_call`).
+for boto3 clients, handlers and the Step Functions interpreter alike, because it runs in
+botocore's `before-send` event around moto's answer (see `moto_hooks.intercept_api_call`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class Fault:
             raise ValueError(f"a fault fires at least once, not {self.count} times")
         if self.mode not in ("before", "after"):
             raise ValueError(f"mode must be 'before' or 'after', not {self.mode!r}")
-        if self.service not in moto_hooks.RESPONSE_CLASSES:
-            known = ", ".join(moto_hooks.RESPONSE_CLASSES)
+        if self.service not in moto_hooks.SERVICES:
+            known = ", ".join(moto_hooks.SERVICES)
             raise ValueError(f"cannot inject faults into {self.service!r}; known: {known}")
 
     def __str__(self) -> str:

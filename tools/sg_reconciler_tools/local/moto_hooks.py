@@ -1,46 +1,43 @@
-"""Every hook into moto's internals, in one module (moto is pinned to 5.2.5).
+"""Every hook into moto, in one module (moto is pinned to 5.2.5).
 
-The local runtime needs a few things moto does not offer through its API: run our Lambda
-handlers in-process, skip the interpreter's real sleeping, close EC2 fidelity gaps,
-inject faults, observe every security-group write and read a created stack's attributes.
-Each hook is one small function whose docstring names the moto internal it touches and
-returns a `Patch` that undoes it. `tests/local/test_moto_hooks.py` checks each one, so a
-moto upgrade that moves an internal fails there with a clear message instead of deep
-inside a state-machine run. The workarounds for moto's CloudFormation (template changes,
-and the one patch of its models) are in `cfn_workarounds`.
+Faults and observation do not touch moto: `intercept_api_call` runs interceptors in
+botocore's public `before-send` event, around moto's stubber, for every client in the
+process. What moto does not offer through its API is patched, one small function per gap,
+whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
+the AWS page it follows (`AWS: ...`); each returns a `Patch` that undoes it. The gaps:
+running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
+public switch), EC2, Step Functions and EventBridge behaviour moto lacks, three speed-only
+lookups (answers unchanged) and reading a created stack's attributes.
+`tests/local/test_moto_hooks.py` shows, for each, what moto does alone and that the patch
+fixes it, so a moto upgrade that closes a gap or moves an internal fails there instead of
+deep inside a state-machine run. The workarounds for moto's CloudFormation are in
+`cfn_workarounds`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import importlib
+import functools
+import html
 import ipaddress
 import itertools
+import json
 import re
 import threading
 import time
+import urllib.parse
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
 
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
 MOTO_VERSION: Final = "5.2.5"
 ACCOUNT_ID: Final = "123456789012"  # moto.core.DEFAULT_ACCOUNT_ID
-
-# AWS API action -> the moto response class that serves it, per service. Faults and write
-# observers wrap the response method, so one API call counts once however many backend
-# methods it calls (an authorize with three IpPermissions calls the backend three times).
-RESPONSE_CLASSES: Final[Mapping[str, tuple[str, str]]] = {
-    "ec2": ("moto.ec2.responses", "EC2Response"),
-    "elbv2": ("moto.elbv2.responses", "ELBV2Response"),
-    "dynamodb": ("moto.dynamodb.responses", "DynamoHandler"),
-    "stepfunctions": ("moto.stepfunctions.responses", "StepFunctionResponse"),
-    "lambda": ("moto.awslambda.responses", "LambdaResponse"),
-}
 
 # EC2 calls that change security-group rules or their tags (ownership lives in tags).
 EC2_WRITE_OPERATIONS: Final = (
@@ -195,6 +192,8 @@ def patch_lambda_invoke(dispatch: LambdaDispatch) -> Patch:
     (`...state_task.lambda_eval_utils`); a function error travels in the
     `x-amz-function-error` header, which the interpreter turns into a task failure whose
     error name is the payload's `errorType`.
+
+    AWS: https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html (X-Amz-Function-Error)
     """
     from moto.awslambda_simple.models import LambdaSimpleBackend
 
@@ -282,7 +281,10 @@ def patch_states_all_as_aws() -> Patch:
     States.DataLimitExceeded (naming them explicitly still does, as ErrorEquals compares names).
 
     Wraps `moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl
-    .ErrorEqualsDecl._eval_body`, which pops the error name and pushes whether it matched."""
+    .ErrorEqualsDecl._eval_body`, which pops the error name and pushes whether it matched.
+
+    AWS: https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html
+    """
     from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
 
     path = "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl.ErrorEqualsDecl"
@@ -328,6 +330,9 @@ def patch_duplicate_ignores_description() -> Patch:
     `authorize_security_group_ingress` uses (`rule in group.ingress_rules`) to raise
     `InvalidPermission.Duplicate`; in 5.2.5 it compares a referenced group's whole dict,
     Description included, so a second group rule with another description was accepted.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_UpdateSecurityGroupRuleDescriptionsIngress.html
+    (a description is changed on the rule it names, so it is no part of the rule's identity)
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -348,6 +353,8 @@ def patch_group_rule_description() -> Patch:
     `ip_range["Description"]`; a referenced-group rule keeps its description in
     `source_group`, so describe dropped it. `modify_security_group_rules` writes a new
     description into `ip_range`, so that one wins.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SecurityGroupRule.html
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -372,6 +379,9 @@ def patch_authorize_returns_all_rules() -> Patch:
     in 5.2.5 it loops over the IpPermissions and returns the rules of the last one only, so
     the `SecurityGroupRules` of the response missed ids that AWS returns. Like moto (and as
     AWS does not promise otherwise), a permission that fails keeps the earlier ones applied.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_AuthorizeSecurityGroupIngress.html
+    (SecurityGroupRules: "the inbound (ingress) security group rules that were added")
     """
     from moto.core.responses import ActionResult
     from moto.ec2.responses.security_groups import SecurityGroups
@@ -398,6 +408,9 @@ def patch_cidr_host_bits_masked() -> Patch:
     Wraps `moto.ec2.models.security_groups.SecurityGroupRule.__init__`, which stores
     `ip_range["CidrIp"]` / `["CidrIpv6"]` as given; the duplicate check and describe then
     see the masked network. (`modify_security_group_rules` still stores what it is given.)
+
+    AWS: https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html (a CIDR
+    source is a network; EC2 answers with the network of a CIDR given with host bits)
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -449,7 +462,10 @@ def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
     (one IpPermission); in 5.2.5 its `_verify_group_will_respect_rule_count_limit` counts
     IPv4 and IPv6 rules together and prefix lists not at all. The wrapper runs moto's call
     with that check off, then takes the permission's rules back out and raises
-    `RulesPerSecurityGroupLimitExceeded` when either family is over `limit`."""
+    `RulesPerSecurityGroupLimitExceeded` when either family is over `limit`.
+
+    AWS: https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups
+    """
     from moto.ec2.exceptions import RulesPerSecurityGroupLimitExceededError
     from moto.ec2.models.security_groups import SecurityGroupBackend
 
@@ -664,6 +680,9 @@ def patch_eni_delegated_prefixes() -> Patch:
     AWS; a wrapper of `NetworkInterfaceBackend.get_all_network_interfaces` answers the
     `INVALID_ENI_PREFIX_FILTERS` with AWS's InvalidParameterValue instead of moto's
     FilterNotImplementedError. A prefix is not checked against the subnet's CIDRs.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-prefix-eni.html and the
+    filters of https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html
     """
     from moto.core.responses import ActionResult
     from moto.ec2 import utils as ec2_utils
@@ -838,6 +857,8 @@ def patch_eni_address_filters() -> Patch:
     `NetworkInterfaceBackend.get_all_network_interfaces` takes the `ENI_ADDRESS_FILTERS`
     out of the filters, lets moto apply the rest (`vpc-id`, ...) and keeps the interfaces
     with any address matching any value (`*` and `?` wildcards, as EC2 and moto allow).
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeNetworkInterfaces.html
     """
     from moto.ec2.models.elastic_network_interfaces import NetworkInterfaceBackend
 
@@ -877,6 +898,8 @@ def patch_subnet_ipv6_state() -> Patch:
     the state. The replacement property renders the stored state itself, keeping moto's
     choice of listing associated blocks only. AssociateSubnetCidrBlock returns the stored
     association and was right already.
+
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SubnetCidrBlockState.html
     """
     from moto.ec2.models.subnets import Subnet
 
@@ -1083,7 +1106,10 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
     _reflect_execution_status`, which sets `exec_status` (SUCCEEDED, FAILED, ABORTED,
     TIMED_OUT) once the interpreter's program ends; moto emits no EventBridge "Execution
     Status Change" event, so the local runtime delivers one from here. The listener runs
-    in the execution's worker thread, after the status is set."""
+    in the execution's worker thread, after the status is set.
+
+    AWS: https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html
+    """
     from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
     owner = "moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication"
@@ -1110,7 +1136,10 @@ def patch_stop_as_aws(listener: Callable[[Any], None]) -> Patch:
     moto 5.2.5's `Execution.stop` only flags the program; the status stays RUNNING until the
     interpreter's thread leaves the state it is in (a Lambda task returns), and only then is
     the status set. The listener also runs from `on_execution_end` when that thread ends: the
-    runtime delivers one status change per execution."""
+    runtime delivers one status change per execution.
+
+    AWS: https://docs.aws.amazon.com/step-functions/latest/apireference/API_StopExecution.html
+    """
     from moto.stepfunctions.parser.api import ExecutionStatus
     from moto.stepfunctions.parser.backend.execution import (
         BaseExecutionWorkerCommunication,
@@ -1174,7 +1203,10 @@ def patch_atomic_writes() -> Patch:
     moto 5.2.5 runs a request's backend method without any lock; once handlers run
     concurrently (a Map's items), two conditional PutItem calls on one lock item could both
     see it free. Interceptors on `intercept_api_call`'s innermost layer hold one lock per
-    service around moto's own work only (faults and observers stay outside it)."""
+    service around moto's own work only (faults and observers stay outside it).
+
+    AWS: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html
+    """
     locks = {service: threading.RLock() for service in ATOMIC_WRITES}
 
     def atomic(service: str, operation: str, proceed: Proceed) -> Any:
@@ -1193,8 +1225,6 @@ def patch_atomic_writes() -> Patch:
 
 def matches_event_pattern(pattern: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     """EventBridge's matching, as moto implements it (`moto.events.models.EventPattern`)."""
-    import json
-
     from moto.events.models import EventPattern
 
     message: Any = dict(event)
@@ -1207,6 +1237,8 @@ def patch_events_envelope() -> Patch:
     `moto.events.utils.EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE` (used when a target
     has no InputTransformer) leaves `account` out of the envelope; the planner rejects events
     without an account, so the SQS bodies moto delivers would all be ignored.
+
+    AWS: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-events-structure.html
     """
     from moto.events.utils import EventTemplateParser
 
@@ -1218,7 +1250,7 @@ def patch_events_envelope() -> Patch:
     return _replace(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", fixed, path)
 
 
-# (e) and (f) -----------------------------------------------------------------------------
+# (e) and (f): interception through botocore's `before-send` event ----------------------
 
 Proceed = Callable[[], Any]
 Interceptor = Callable[[str, str, Proceed], Any]  # (service, operation, proceed) -> response
@@ -1227,54 +1259,53 @@ ATOMIC_LAYER: Final = -1  # innermost of all: holds the lock only around moto's 
 OBSERVER_LAYER: Final = 0  # sees the call as moto applied it
 FAULT_LAYER: Final = 1  # outside observers: a "before" fault never reaches moto
 
+# Our service name -> (botocore's hyphenated service id, as in event names; its protocol).
+SERVICES: Final[Mapping[str, tuple[str, str]]] = {
+    "ec2": ("ec2", "ec2"),
+    "elbv2": ("elastic-load-balancing-v2", "query"),
+    "dynamodb": ("dynamodb", "json"),
+    "stepfunctions": ("sfn", "json"),
+    "lambda": ("lambda", "rest-json"),
+}
+_BY_SERVICE_ID: Final = {service_id: name for name, (service_id, _) in SERVICES.items()}
+
 _chain_lock = threading.Lock()
-_chains: dict[tuple[type, str], list[tuple[int, int, Interceptor]]] = {}
-_chain_patches: dict[tuple[type, str], Patch] = {}
+_chains: dict[tuple[str, str], list[tuple[int, int, Interceptor]]] = {}
 _sequence = itertools.count()
+_serving = threading.local()
 
 
-def response_class(service: str) -> type:
-    """The moto response class (a `moto.core.responses.BaseResponse`) serving a service."""
-    if service not in RESPONSE_CLASSES:
-        raise ValueError(f"no hook for service {service!r}; known: {', '.join(RESPONSE_CLASSES)}")
-    module_name, class_name = RESPONSE_CLASSES[service]
-    cls = _require(importlib.import_module(module_name), class_name, module_name)
-    if not isinstance(cls, type):
-        raise HookError(f"{module_name}.{class_name} is not a class")
-    return cls
+class AwsError(Exception):
+    """An AWS error answer: what an interceptor's `proceed()` raises when moto answered
+    with one (`response` is moto's answer, passed on as it is), and what an interceptor may
+    raise to fail a call (`service_error`'s moto exceptions work as well)."""
 
-
-def response_method_name(operation: str) -> str:
-    """The method `BaseResponse.call_action` dispatches an action to (moto.core.utils)."""
-    from moto.core.utils import camelcase_to_underscores
-
-    return str(camelcase_to_underscores(operation))
+    def __init__(self, code: str, message: str, status: int = 400, response: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.status, self.response = code, message, status, response
 
 
 def intercept_api_call(
     service: str, operation: str, interceptor: Interceptor, *, layer: int = FAULT_LAYER
 ) -> Patch:
-    """Run `interceptor` around every call of one AWS API action served by moto.
+    """Run `interceptor` around every HTTP attempt of one AWS API action that moto serves.
 
-    Wraps the response-class method that `moto.core.responses.BaseResponse.call_action`
-    finds with `getattr(self, camelcase_to_underscores(action))`; a moto exception raised
-    here (`ServiceException` or `JsonRESTError`) goes through moto's own error
-    serialisation, so boto3 clients and the Step Functions interpreter see a real AWS error.
-    Interceptors on one method nest by layer (higher is outer), then by installation.
-    """
-    cls = response_class(service)
-    name = response_method_name(operation)
-    key = (cls, name)
-    original = _require(cls, name, f"{cls.__module__}.{cls.__name__}")
-    if not callable(original):
-        raise HookError(f"{cls.__name__}.{name} is not a method")
+    Every botocore client in the process (ours, the handlers', the Step Functions
+    interpreter's) sends through botocore's `before-send` event, where moto's stubber
+    answers; `install_dispatcher` put `_dispatch` in the stubber's place, and it runs the
+    interceptors of the action around the stubber. `proceed()` returns moto's answer (a
+    botocore `AWSResponse`) or raises `AwsError` for an error answer; an error an
+    interceptor raises becomes the service's error answer, so botocore's retries and
+    parsers, and so the caller, see an AWS error. Interceptors nest by layer (higher is
+    outer), then by installation."""
+    if service not in SERVICES:
+        raise ValueError(f"no hook for service {service!r}; known: {', '.join(SERVICES)}")
+    if operation not in _operations(service):
+        raise ValueError(f"{service} has no API action {operation!r} (botocore's model)")
+    key = (service, operation)
     entry = (layer, next(_sequence), interceptor)
     with _chain_lock:
         chain = _chains.setdefault(key, [])
-        if key not in _chain_patches:
-            _chain_patches[key] = _replace(
-                cls, name, _chained(service, operation, key, original), cls.__name__
-            )
         chain.append(entry)
         chain.sort(key=lambda item: (item[0], item[1]))
 
@@ -1283,39 +1314,145 @@ def intercept_api_call(
             chain.remove(entry)
             if not chain:
                 del _chains[key]
-                _chain_patches.pop(key).undo()
 
     return Patch(f"{service}:{operation} interceptor", undo)
 
 
-_serving = threading.local()
+@functools.cache
+def _operations(service: str) -> frozenset[str]:
+    import botocore.session
+
+    return frozenset(botocore.session.get_session().get_service_model(service).operation_names)
+
+
+def interceptors(service: str, operation: str) -> int:
+    """How many interceptors one action has now."""
+    with _chain_lock:
+        return len(_chains.get((service, operation), ()))
 
 
 def current_request_params() -> dict[str, Any]:
-    """Inside an interceptor: the parameters of the request being served (moto's
-    `BaseResponse.querystring`, a dict of lists), e.g. to tell a filtered call."""
-    response = getattr(_serving, "response", None)
-    return dict(getattr(response, "querystring", None) or {})
+    """Inside an interceptor: the parameters of the request being sent, a dict of lists
+    (the form-encoded body of a query/EC2 request, as moto's `querystring` had them)."""
+    request = getattr(_serving, "request", None)
+    if request is None:
+        return {}
+    body = request.body
+    text = body.decode() if isinstance(body, bytes) else str(body or "")
+    return urllib.parse.parse_qs(text) if "=" in text and not text.startswith("{") else {}
 
 
-def _chained(
-    service: str, operation: str, key: tuple[type, str], original: Callable[..., Any]
-) -> Callable[..., Any]:
-    def method(self: Any) -> Any:
-        with _chain_lock:
-            interceptors = [item[2] for item in _chains.get(key, ())]
-        _serving.response = self
+def _dispatch(event_name: str, request: Any, **kwargs: Any) -> Any:
+    """botocore `before-send` handler in place of moto's stubber (see `install_dispatcher`)."""
+    from moto.core.models import botocore_stubber
 
-        def call(index: int) -> Any:
-            if index < 0:
-                return original(self)
-            return interceptors[index](service, operation, lambda: call(index - 1))
+    parts = event_name.split(".")
+    service = _BY_SERVICE_ID.get(parts[1]) if len(parts) == 3 else None
+    with _chain_lock:
+        chain = [item[2] for item in _chains.get((service or "", parts[-1]), ())]
+    if service is None or not chain:
+        return botocore_stubber(event_name=event_name, request=request, **kwargs)
+    operation = parts[-1]
 
-        return call(len(interceptors) - 1)
+    def call(index: int) -> Any:
+        if index < 0:
+            response = botocore_stubber(event_name=event_name, request=request, **kwargs)
+            if response is not None and response.status_code >= 300:
+                raise _answered_error(SERVICES[service][1], response)
+            return response
+        return chain[index](service, operation, lambda: call(index - 1))
 
-    method.__name__ = getattr(original, "__name__", key[1])
-    method.__qualname__ = getattr(original, "__qualname__", key[1])
-    return method
+    saved = getattr(_serving, "request", None)
+    _serving.request = request
+    try:
+        return call(len(chain) - 1)
+    except AwsError as error:
+        if error.response is not None:
+            return error.response
+        return _error_response(service, request.url, error)
+    except Exception as error:
+        found = _as_aws_error(error)
+        if found is None:
+            raise
+        return _error_response(service, request.url, found)
+    finally:
+        _serving.request = saved
+
+
+def _as_aws_error(error: Exception) -> AwsError | None:
+    """A moto exception (`ServiceException`, or a `RESTError` whose `code` is the status)
+    as an `AwsError`; None for anything else."""
+    code = getattr(error, "error_type", None) or getattr(error, "code", None)
+    if not isinstance(code, str) or not hasattr(error, "message"):
+        return None
+    status = getattr(error, "code", 400)
+    return AwsError(
+        code.split("#")[-1], str(error.message), status if isinstance(status, int) else 400
+    )
+
+
+def _answered_error(protocol: str, response: Any) -> AwsError:
+    """moto's error answer, read as botocore's parser of `protocol` reads its code."""
+    text = response.content.decode(errors="replace")
+    if protocol in ("ec2", "query"):
+        found = [re.search(f"<{tag}>(.*?)</{tag}>", text, re.S) for tag in ("Code", "Message")]
+        code, message = (html.unescape(m.group(1)) if m else "" for m in found)
+    else:
+        try:
+            body = json.loads(text or "{}")
+        except ValueError:
+            body = {}
+        header = response.headers.get("x-amzn-ErrorType", "").split(":")[0]
+        code = header or str(body.get("__type") or body.get("code") or "")
+        message = str(body.get("message") or body.get("Message") or "")
+    return AwsError(code.split("#")[-1], message, response.status_code, response)
+
+
+def _error_response(service: str, url: str, error: AwsError) -> Any:
+    """An AWS error answer in the service's protocol, as botocore's parsers read it."""
+    from botocore.awsrequest import AWSResponse
+    from moto.core.botocore_stubber import MockRawResponse
+
+    code, message = html.escape(error.code), html.escape(error.message)
+    protocol, request_id = SERVICES[service][1], str(uuid.uuid4())
+    headers = {"Content-Type": "text/xml", "x-amzn-RequestId": request_id}
+    if protocol == "ec2":
+        body = (
+            f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>"
+            f"</Error></Errors><RequestID>{request_id}</RequestID></Response>"
+        )
+    elif protocol == "query":
+        body = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}"
+            f"</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>"
+        )
+    elif protocol == "rest-json":
+        headers.update({"Content-Type": "application/json", "x-amzn-ErrorType": error.code})
+        body = json.dumps({"Type": "User", "message": error.message})
+    else:
+        headers["Content-Type"] = "application/x-amz-json-1.0"
+        body = json.dumps({"__type": error.code, "message": error.message})
+    # a dict, as moto's stubber passes: AWSResponse makes it case-insensitive
+    return AWSResponse(url, error.status, headers, MockRawResponse(body))  # type: ignore[arg-type]
+
+
+def install_dispatcher() -> None:
+    """Put `_dispatch` where moto put its stubber: in botocore's `BUILTIN_HANDLERS`, which
+    every session made from now on registers, and in boto3's default session if it exists
+    (a client made before this keeps moto's stubber: import this module first)."""
+    import boto3
+    from botocore.handlers import BUILTIN_HANDLERS
+    from moto.core.models import botocore_stubber
+
+    for index, entry in enumerate(BUILTIN_HANDLERS):
+        if entry[1] is botocore_stubber:
+            BUILTIN_HANDLERS[index] = ("before-send", _dispatch)
+    if not any(entry[1] is _dispatch for entry in BUILTIN_HANDLERS):
+        raise HookError("moto's stubber is not among botocore's BUILTIN_HANDLERS (moto upgraded?)")
+    session = boto3.DEFAULT_SESSION
+    if session is not None:
+        session.events.unregister("before-send", cast(Any, botocore_stubber))
+        session.events.register("before-send", _dispatch)
 
 
 def service_error(service: str, code: str, message: str) -> Exception:
@@ -1340,7 +1477,7 @@ def service_error(service: str, code: str, message: str) -> Exception:
         from moto.elbv2.exceptions import ELBClientError
 
         return ELBClientError(code, message)
-    raise ValueError(f"no AWS error for service {service!r}; known: {', '.join(RESPONSE_CLASSES)}")
+    raise ValueError(f"no AWS error for service {service!r}; known: {', '.join(SERVICES)}")
 
 
 def raise_service_error(service: str, code: str, message: str) -> NoReturn:
@@ -1512,3 +1649,6 @@ class Recorder:
     def clear(self) -> None:
         with self._lock:
             self.values.clear()
+
+
+install_dispatcher()
