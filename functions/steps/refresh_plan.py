@@ -7,9 +7,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from sg_reconciler.adapters.aws import typed_aws_errors
-from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.planned import Planned
+from sg_reconciler.app.steps import refresh_plan
 from sg_reconciler.core.pacing import pacing_for
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, tracer
@@ -38,5 +38,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     store = plan_store(config)
     pacing = pacing_for(config.writes_per_second)
     if isinstance(event, dict) and event.get("mode") == "revokes":
-        return steps.replan_revokes(event, store, replan, pacing, locked)
-    return steps.refresh_plan(event, store, replan, settle_seconds, config.owner, pacing, locked)
+        return refresh_plan.replan_revokes(event, store, replan, pacing, locked)
+    return refresh_plan.refresh_plan(
+        event, store, replan, settle_seconds, config.owner, pacing, locked
+    )

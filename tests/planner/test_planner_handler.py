@@ -29,7 +29,7 @@ from sg_reconciler.adapters.deployment import WINDOW_PREFIX
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
-from sg_reconciler.app.steps import stored_phases
+from sg_reconciler.app.steps.common import stored_phases
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step, step_to_dict
 from sg_reconciler.core.rules import Rule
 from sg_reconciler.core.scope import Scope

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import compute_live_plan
+from sg_reconciler.app.steps import verify_rules
 from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, Rule
 from sg_reconciler.errors import NotYetVisible
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, parse_policy
@@ -183,14 +183,14 @@ def test_adopt_live_is_not_ready_while_the_adopting_run_could_still_hand_the_rul
     world = lbc_world
     set_policy(world, handover_policy(world))
     before = rules_by_id(world)
-    real = steps.verify
+    real = verify_rules.verify
 
     def lagging(event: dict[str, Any], *rest: Any) -> dict[str, Any]:
         if event.get("mode") == "visible":
             raise NotYetVisible("describe still lags")
         return real(event, *rest)
 
-    monkeypatch.setattr(steps, "verify", lagging)
+    monkeypatch.setattr(verify_rules, "verify", lagging)
     during: list[tuple[int, Any]] = []
     clients = world.runtime.clients
     desired = compute_live_plan(

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import ip_permission
 from sg_reconciler.app.live_plan import compute_live_plan
-from sg_reconciler.app.steps import stored_phases
+from sg_reconciler.app.steps.common import stored_phases
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.rules import Rule, describe_ports
 from sg_reconciler.observability import logger
