@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sg_reconciler.app.contracts import LockInput, LocksOutput
-from sg_reconciler.app.steps.common import _groups, parse
+from sg_reconciler.app.steps.common import parse, plan_groups
 from sg_reconciler.core.ports import LockStore, PlanStorage
 from sg_reconciler.errors import ExecutionStopped
 
@@ -19,7 +19,7 @@ def acquire_locks(
     them back (invariant 13). The janitor writes its record before it scans for locks: either
     this check sees the record, or the janitor's scan sees these locks."""
     request = parse(LockInput, event)
-    held = locks.acquire(_groups(request, store), request.holder, lease_seconds)
+    held = locks.acquire(plan_groups(request, store), request.holder, lease_seconds)
     if locks.stopped(request.holder):
         given_back = locks.release(held, request.holder)
         raise ExecutionStopped(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sg_reconciler.app.contracts import ApplyInput, ApplyItem, ApplyOutput
-from sg_reconciler.app.steps.common import _failed, parse
+from sg_reconciler.app.steps.common import failed_part, parse
 from sg_reconciler.core.guard import call_would_lose
 from sg_reconciler.core.phases import ADDING
 from sg_reconciler.core.plan import Adopt, Authorize, Revoke, Step, step_from_dict
@@ -42,7 +42,7 @@ def apply_steps(
             failed = type(err)(f"{item.group_id}: {err}")
             note = {"batch": request.batch, "error": f"{type(err).__name__}: {failed}"}
             with contextlib.suppress(Exception):  # the error itself matters more
-                store.put_batch(request.plan_id, _failed(request.phase), request.batch, [note])
+                store.put_batch(request.plan_id, failed_part(request.phase), request.batch, [note])
             raise failed from None
     return ApplyOutput(groups=len(items), calls=calls).model_dump()
 

@@ -39,7 +39,8 @@ def parse(model: type[Input], event: object) -> Any:
         raise InvalidPlan(validation_message(err, root="input")) from None
 
 
-def _groups(request: GroupsInput, store: PlanStorage) -> list[str]:
+def plan_groups(request: GroupsInput, store: PlanStorage) -> list[str]:
+    """The execution's groups, read whole from the plan store (the state carries a count)."""
     return store.groups(request.groups_key, request.groups)
 
 
@@ -52,7 +53,8 @@ def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, A
         raise InvalidPlan(str(err)) from None
 
 
-def _failed(phase: str) -> str:
+def failed_part(phase: str) -> str:
+    """The plan store's part where the apply step notes a failed batch's error for verify."""
     return f"{phase}-failed"
 
 
@@ -62,7 +64,7 @@ MAX_FAILURES = 5  # failures a cause names; the rest are counted
 Recorded = TypeVar("Recorded", LeftoverRecord, RollbackRecord)
 
 
-def _records(
+def batch_records(
     store: PlanStorage, plan_id: str, phase: str, model: type[Recorded], root: str
 ) -> dict[int, Recorded]:
     """What a Map's items recorded in the plan store, by batch (the last record of a batch

@@ -15,7 +15,7 @@ from sg_reconciler.app.contracts import (
 )
 from sg_reconciler.app.planned import Planned, planned_by, put_planned, stored_planned
 from sg_reconciler.app.scope_store import stored_scope
-from sg_reconciler.app.steps.common import _groups, parse, stored_phases
+from sg_reconciler.app.steps.common import parse, plan_groups, stored_phases
 from sg_reconciler.core.pacing import Pacing
 from sg_reconciler.core.phases import PHASE_NAMES, Phases, batch_refs, phase_batches, split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Refusal, Revoke, Step
@@ -25,7 +25,7 @@ from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import PlanRefused
 
 if TYPE_CHECKING:
-    # Only the re-planning steps import the live planner (cold start, issue 12 item 6).
+    # Types only: the handler passes the live planner in, and loads it (cold start).
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
 
 
@@ -44,7 +44,7 @@ def refresh_plan(
     from the locked groups' rules and its closure (`locked`); one given inline, from the
     planner's read."""
     request = parse(RefreshInput, event)
-    groups = _groups(request, store)
+    groups = plan_groups(request, store)
     planned = stored_planned(store, request.groups_key) if locked is not None else None
     if locked is not None and planned is not None:
         live = locked(groups, planned)
@@ -85,7 +85,7 @@ def replan_revokes(
     nothing to revoke or rewrite has nothing to re-plan here and reads nothing; a plan from
     the planner reads the locked groups' rules and the closure of its revokes (`locked`)."""
     request = parse(RefreshInput, event)
-    groups = _groups(request, store)
+    groups = plan_groups(request, store)
     before, _ = stored_phases(store, request.plan_id)
     stale_before = {i for s in before.steps if isinstance(s, Revoke) for i in s.rule_ids}
     if not before.revoke:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from sg_reconciler.app.contracts import JanitorOutput, LockInput, ReleaseOutput, StatusChangeEvent
-from sg_reconciler.app.steps.common import _groups, parse
+from sg_reconciler.app.steps.common import parse, plan_groups
 from sg_reconciler.core.ports import LockStore, PlanStorage
 
 
 def release_locks(event: object, store: PlanStorage, locks: LockStore) -> dict[str, Any]:
     request = parse(LockInput, event)
-    released = locks.release(_groups(request, store), request.holder)
+    released = locks.release(plan_groups(request, store), request.holder)
     return ReleaseOutput(released=len(released)).model_dump()
 
 

@@ -14,7 +14,7 @@ from sg_reconciler.app.contracts import (
     RollbackRecord,
     RollbackReportInput,
 )
-from sg_reconciler.app.steps.common import MAX_FAILURES, _records, failure_text, parse
+from sg_reconciler.app.steps.common import MAX_FAILURES, batch_records, failure_text, parse
 from sg_reconciler.core.ports import LockStore, PlanStorage, RuleStore
 from sg_reconciler.errors import GroupNotFound, InvalidPlan, LockLost, RollbackIncomplete
 
@@ -120,7 +120,7 @@ def report_rollback(event: object, store: PlanStorage) -> dict[str, Any]:
     batches that were not (an item that failed without a record, e.g. a timeout, counts),
     and the groups keep some new rules: a safe superset."""
     request = parse(RollbackReportInput, event)
-    records = _records(store, request.plan_id, ROLLBACK, RollbackRecord, "rollback record")
+    records = batch_records(store, request.plan_id, ROLLBACK, RollbackRecord, "rollback record")
     revoked = sum(len(r.revoked) for r in records.values())
     handed_back = sum(len(r.handed_back) for r in records.values())
     failures = [

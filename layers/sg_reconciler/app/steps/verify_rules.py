@@ -17,8 +17,8 @@ from sg_reconciler.app.contracts import (
 )
 from sg_reconciler.app.steps.common import (
     MAX_FAILURES,
-    _failed,
-    _records,
+    batch_records,
+    failed_part,
     failure_text,
     parse,
     stored_phases,
@@ -40,7 +40,7 @@ def _failure_texts(
     for result in failed[:MAX_FAILURES]:
         text = failure_text(result.get("error"))
         try:
-            noted = store.batch(plan_id, _failed(phase), int(result.get("batch", -1)))
+            noted = store.batch(plan_id, failed_part(phase), int(result.get("batch", -1)))
             text = str(noted[0]["error"])
         except (InvalidPlan, IndexError, KeyError, TypeError, ValueError):
             pass
@@ -144,7 +144,9 @@ def check_leftover_batch(event: object, store: PlanStorage, rules: RuleStore) ->
 def report_leftovers(request: VerifyInput, store: PlanStorage) -> dict[str, Any]:
     """'Report the leftover rules': the checks' records, in counts and the first few; a
     batch without a record (its check failed) is named as not checked, never as clean."""
-    found = _records(store, request.plan_id, LEFTOVERS_FOUND, LeftoverRecord, "leftover record")
+    found = batch_records(
+        store, request.plan_id, LEFTOVERS_FOUND, LeftoverRecord, "leftover record"
+    )
     leftovers = [i for b in sorted(found) for i in found[b].leftover_rule_ids]
     lacking = [g for b in sorted(found) for g in found[b].lacking]
     unchecked = [b for b in range(request.batches) if b not in found]
