@@ -236,7 +236,10 @@ def test_a_missing_batch_is_an_invalid_plan(world: World) -> None:
             {"group_id": G1, "steps": [{"action": "revoke", "group_id": G1, "rule_ids": ["x"]}]},
             "carries no desired rules for the live guard",
         ),
-        ({"group_id": G1, "steps": [{"action": "drop", "group_id": G1}]}, "unknown step"),
+        (
+            {"group_id": G1, "steps": [{"action": "drop", "group_id": G1}]},
+            "the item for sg-.*: steps.0: Input tag 'drop' found using 'action' does not match",
+        ),
         ({"group_id": G1, "steps": []}, "steps: List should have at least 1 item"),
     ],
     ids=["other group", "no desired", "bad step", "no steps"],

@@ -60,11 +60,11 @@ def test_an_inline_plan_stores_its_groups_under_the_execution_name(world: World)
         ({"plan": PLAN.to_dict()}, "has space", "execution name 'has space'"),
         ({}, "exec-1", "give plan_ref"),
         ({"plan": {"feasible": True, "steps": []}}, "exec-1", "no steps"),
-        ({"plan": {"feasible": False}}, "exec-1", "feasible: true"),
+        ({"plan": {"feasible": False}}, "exec-1", "input.plan.feasible: Input should be True"),
         (
             {"plan": {"feasible": True, "steps": [{"action": "revoke", "group_id": G1}]}},
             "exec-1",
-            "step #0: a revoke step needs",
+            "input.plan.steps.0.revoke.rule_ids: Field required",
         ),
         ({"plan_ref": {"groups_key": "k", "groups": 0}}, "exec-1", "input.plan_ref.groups"),
         ({"plan_ref": {"groups_key": "a/b", "groups": 1}}, "exec-1", "plan_ref.groups_key"),

@@ -15,7 +15,8 @@ import pytest
 from live.lbc_world import CLIENTS, VPC_CIDR, LbcWorld, build_lbc_world
 from sg_reconciler.adapters import aws as aws_module
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke, plan_from_dict
+from sg_reconciler.app.contracts import PlanDocument
+from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.rules import Rule, ingress_rules
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, load_policy_file, parse_policy
 from sg_reconciler_tools import cli
@@ -190,7 +191,7 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     # When plan --live runs with it and its plan is applied.
     code, out, err = run(capsys, "plan", "--live", "--policy", str(path), "--output", "json")
     assert (code, err) == (0, ""), out
-    plan = plan_from_dict(json.loads(out))
+    plan = PlanDocument.model_validate(json.loads(out)).to_plan()
     adopted = {s.rule_id for s in plan.steps if isinstance(s, Adopt)}
     assert adopted == {
         world.controller_rules[k]

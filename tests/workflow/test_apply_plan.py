@@ -294,7 +294,7 @@ def test_an_input_that_is_not_a_plan_fails_before_any_lock_or_write(world: DemoW
     }
     described = runtime.wait_for(runtime.start_execution(MACHINE, bad, "bad-input"), TIMEOUT)
     assert described["status"] == "FAILED" and described["error"] == "InvalidPlan"
-    assert "rule ids" in described["cause"]
+    assert "input.plan.steps.0.revoke.rule_ids: Input should be a valid list" in described["cause"]
     assert states(world, described["executionArn"]) == [
         "Check the plan input",
         "Reject the invalid input",

@@ -7,14 +7,22 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
 from sg_reconciler.app.contracts import ApplyInput, ApplyItem, ApplyOutput
 from sg_reconciler.app.steps.common import failed_part, parse
 from sg_reconciler.core.guard import call_would_lose
 from sg_reconciler.core.phases import ADDING
-from sg_reconciler.core.plan import Adopt, Authorize, Revoke, Step, step_from_dict
+from sg_reconciler.core.plan import Adopt, Authorize, Revoke, Step
 from sg_reconciler.core.ports import Guard, LockStore, PlanStorage, RuleStore
-from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict
-from sg_reconciler.errors import GroupNotFound, InvalidPlan, ReconcilerError, WouldLoseTraffic
+from sg_reconciler.core.rules import Rule
+from sg_reconciler.errors import (
+    GroupNotFound,
+    InvalidPlan,
+    ReconcilerError,
+    WouldLoseTraffic,
+    validation_message,
+)
 
 
 def apply_steps(
@@ -35,7 +43,7 @@ def apply_steps(
     items = store.batch(request.plan_id, request.phase, request.batch)
     calls = 0
     for raw in items:
-        item = parse(ApplyItem, raw)
+        item = _item(raw)
         try:
             calls += len(_apply_group(item, request, rules, locks, lease_seconds))
         except ReconcilerError as err:
@@ -55,10 +63,7 @@ def _apply_group(
     lease_seconds: int,
 ) -> list[dict[str, Any]]:
     group_id = item.group_id
-    try:
-        steps = [step_from_dict(s) for s in item.steps]
-    except RuleError as err:
-        raise InvalidPlan(str(err)) from None
+    steps = item.to_steps()
     if any(s.group_id != group_id for s in steps):
         raise InvalidPlan(f"an item for {group_id} carries a step of another group")
     desired = _item_desired(item, steps)
@@ -90,7 +95,16 @@ def _apply_group(
     return done
 
 
-def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
+def _item(raw: object) -> ApplyItem:
+    """A stored item, parsed; a bad one is an InvalidPlan naming its group and field."""
+    try:
+        return ApplyItem.model_validate(raw)
+    except ValidationError as err:
+        group = raw.get("group_id") if isinstance(raw, dict) else None
+        raise InvalidPlan(f"the item for {group}: {validation_message(err)}") from None
+
+
+def _item_desired(item: ApplyItem, steps: tuple[Step, ...]) -> list[Rule]:
     """The group's desired rules; an item that revokes or modifies must carry them."""
     if item.desired is None:
         if any(not isinstance(s, ADDING) for s in steps):
@@ -99,10 +113,7 @@ def _item_desired(item: ApplyItem, steps: list[Step]) -> list[Rule]:
                 "rules for the live guard"
             )
         return []
-    try:
-        return [rule_from_dict(doc) for doc in item.desired]
-    except RuleError as err:
-        raise InvalidPlan(f"desired rules of {item.group_id}: {err}") from None
+    return item.desired
 
 
 def _guard(

@@ -7,9 +7,7 @@ from typing import Any
 
 from sg_reconciler.app.contracts import CheckOutput, CheckRequest
 from sg_reconciler.app.steps.common import parse
-from sg_reconciler.core.plan import plan_from_dict
 from sg_reconciler.core.ports import PlanStorage
-from sg_reconciler.core.rules import RuleError
 from sg_reconciler.errors import InvalidPlan
 
 _PLAN_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
@@ -37,10 +35,7 @@ def check_plan(event: object, store: PlanStorage) -> dict[str, Any]:
         ).model_dump()
     if given.plan is None:
         raise InvalidPlan("input: give plan_ref (from the planner) or plan (inline)")
-    try:
-        plan = plan_from_dict(given.plan)
-    except RuleError as err:
-        raise InvalidPlan(str(err)) from None
+    plan = given.plan.to_plan()  # parsed with the input: a bad step is named there
     if not plan.steps:
         raise InvalidPlan("the plan has no steps")
     count = store.put_groups(request.execution, plan.groups)

@@ -8,10 +8,15 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from sg_reconciler.app.contracts import GroupsInput, Input, LeftoverRecord, RollbackRecord
+from sg_reconciler.app.contracts import (
+    GroupsInput,
+    Input,
+    LeftoverRecord,
+    RollbackRecord,
+    StoredPhases,
+)
 from sg_reconciler.core.phases import PHASE_NAMES, Phases
 from sg_reconciler.core.ports import PlanStorage
-from sg_reconciler.core.rules import RuleError
 from sg_reconciler.errors import InvalidPlan, validation_message
 
 
@@ -48,9 +53,9 @@ def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, A
     """The phases the refresh stored, parsed, and their raw items (with desired rules)."""
     doc = {phase: store.phase(plan_id, phase) for phase in PHASE_NAMES}
     try:
-        return Phases.from_dict(doc), doc
-    except RuleError as err:
-        raise InvalidPlan(str(err)) from None
+        return StoredPhases.model_validate(doc).to_phases(), doc
+    except ValidationError as err:
+        raise InvalidPlan(validation_message(err, at=("phases",))) from None
 
 
 def failed_part(phase: str) -> str:
