@@ -23,9 +23,10 @@ import boto3
 from moto import mock_aws
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.plan import Authorize, Plan
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import DEFAULT_OWNER, OWNER_TAG_KEY, rule_to_dict
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.local import moto_hooks
 
 REGION = "us-east-1"

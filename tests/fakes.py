@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sg_reconciler.adapters.plan_store import stored_groups
+from sg_reconciler.adapters.rule_checks import adopt_calls, modify_needed, modify_target, revocable
 from sg_reconciler.app.live_plan import LivePlan, Replan
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.plan import Adopt, Plan
@@ -35,10 +37,8 @@ from sg_reconciler.core.ports import (
     LockStore,
     PlanStorage,
     RuleStore,
-    stored_groups,
 )
 from sg_reconciler.core.quota import Limits
-from sg_reconciler.core.rule_checks import adopt_calls, modify_needed, modify_target, revocable
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
     ADOPTED_DESCRIPTION_TAG_KEY,

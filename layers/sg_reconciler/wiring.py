@@ -123,9 +123,7 @@ def planners(
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
     from sg_reconciler.app.live_plan import compute_live_plan, compute_locked_plan
 
-    policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter).for_owner(
-        config.owner
-    )
+    policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter, config.owner)
     check_owner_claim(
         client("ssm", attempts), config.owner_claim_parameter, config.stack_id, config.owner
     )

@@ -21,10 +21,11 @@ from sg_reconciler.core.account import Inventory, LoadBalancer, SecurityGroup, T
 from sg_reconciler.core.desired import compute_desired
 from sg_reconciler.core.narrow import admitting
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.core.traffic import Traffic
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import parse_policy
 
 OWNER = "sg-reconciler"
 VPC = "vpc-1"

@@ -16,9 +16,10 @@ from sg_reconciler.app.live_plan import LivePlan, compute_live_plan, plan_from_i
 from sg_reconciler.core.account import Inventory, LoadBalancer, SecurityGroup, Target, TargetGroup
 from sg_reconciler.core.narrow import narrow, narrowable, stands
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import parse_policy
 
 NODES = ("sg-0000000a1", "sg-0000000a2", "sg-0000000a3")
 LB_GROUPS = ("sg-0000000b1", "sg-0000000b2", "sg-0000000b3")

@@ -18,7 +18,12 @@ from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.contracts import PlanDocument
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.rules import Rule, ingress_rules
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, load_policy_file, parse_policy
+from sg_reconciler.policy import (
+    LBC_SHARED_DESCRIPTION,
+    load_policy_document,
+    load_policy_file,
+    parse_policy,
+)
 from sg_reconciler_tools import cli
 
 REGION = "us-east-1"
@@ -157,6 +162,7 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     path = tmp_path / "policy.yaml"
     path.write_text(text)
     policy = load_policy_file(path)
+    document = load_policy_document(path)
     assert flows(ec2, world) == before
 
     # The same draft as data: the same policy, with the placeholder and its note.
@@ -169,7 +175,7 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     assert "# client_cidrs:" in text
 
     g = world.groups
-    bindings = {b.name: b for b in policy.bindings or []}
+    bindings = {b.name: b for b in document.bindings or []}
     assert sorted(bindings) == ["alpha", "alpha-legacy", "beta", "beta-dns", "beta-metrics"]
     for cluster in ("alpha", "beta"):
         binding = bindings[cluster]
@@ -186,7 +192,7 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     for name in ("beta-dns", "beta-metrics"):
         assert bindings[name].rule_source.kind == "load_balancer_addresses"
         assert bindings[name].rule_source.client_cidrs is None
-    assert policy.adopt_descriptions == [LBC_SHARED_DESCRIPTION]
+    assert policy.adopt_descriptions == (LBC_SHARED_DESCRIPTION,)
 
     # When plan --live runs with it and its plan is applied.
     code, out, err = run(capsys, "plan", "--live", "--policy", str(path), "--output", "json")

@@ -31,9 +31,10 @@ from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.app.steps.common import stored_phases
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step, step_to_dict
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import Rule
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import parse_policy
 from sg_reconciler.trigger.classify import Relevant, parse_record
 from sg_reconciler_tools.local import LocalRuntime, moto_hooks
 

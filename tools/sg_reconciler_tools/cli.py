@@ -27,9 +27,11 @@ from sg_reconciler.adapters.aws import Clients, make_clients
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
 from sg_reconciler.adapters.executions import in_flight_hand_backs
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
+from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
@@ -39,7 +41,7 @@ from sg_reconciler.core.rules import (
     RuleError,
 )
 from sg_reconciler.errors import ReconcilerError
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, PolicyError, load_policy_file
+from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, PolicyError, load_policy_file
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
 from sg_reconciler_tools.policy_draft import draft_policy, read_account
@@ -565,7 +567,8 @@ def run_plan(args: argparse.Namespace) -> int:
     desired = load_desired(args.desired)
     limits = _offline_limits(args, [*current, *desired])
     try:
-        result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
+        with paused_collector():
+            result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
     except RuleError as err:
         raise InputError(str(err)) from None
     if args.output == "json":

@@ -43,10 +43,10 @@ from sg_reconciler.core.account import (
 )
 from sg_reconciler.core.desired import ALWAYS_PRESERVED
 from sg_reconciler.core.narrow import Narrowing, admitting, narrow, narrowable
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleError, ingress_rules
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sg_reconciler.adapters.inventory import Locked, read_inventory, read_locked
 from sg_reconciler.app.planned import Planned
+from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import (
     BrakeFacts,
@@ -34,11 +35,11 @@ from sg_reconciler.core.desired import (
 from sg_reconciler.core.narrow import leaves_room, stands
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import defer_revokes, make_plan
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.ports import InventoryReader, RevocationWindow
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import Peer, Rule, rule_to_dict
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy
 
 Released = Callable[[str], bool]  # whether an operator released the brake for a fingerprint
 
@@ -80,6 +81,7 @@ class LivePlan:
         return doc
 
 
+@paused_collector()
 def plan_from_inventory(
     inventory: Inventory,
     policy: Policy,
@@ -263,6 +265,7 @@ def _unreached(inventory: Inventory, policy: Policy, state: DesiredState) -> lis
     )
 
 
+@paused_collector()
 def compute_live_plan(
     ec2: EC2Client,
     elbv2: ElasticLoadBalancingv2Client,
@@ -322,6 +325,7 @@ class LockedReader(Protocol):
     ) -> Inventory: ...
 
 
+@paused_collector()
 def compute_locked_plan(
     ec2: EC2Client,
     elbv2: ElasticLoadBalancingv2Client,
@@ -408,6 +412,7 @@ def _locked_raw(
     return _LockedRaw(result, current, desired, state, present)
 
 
+@paused_collector()
 def plan_locked(
     inventory: Inventory,
     policy: Policy,

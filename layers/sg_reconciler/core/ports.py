@@ -17,17 +17,14 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import WindowCount
 from sg_reconciler.core.plan import Adopt
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.errors import InvalidPlan
-
-if TYPE_CHECKING:
-    from sg_reconciler.policy import Policy
 
 # Called with a group's live rules right before each attempt of a revoke or modify (a retry
 # after a backoff reads them again); raises to stop the call.
@@ -131,7 +128,7 @@ class LockStore(Protocol):
 class PlanStorage(Protocol):
     """A plan's groups and its phases' batches, outside the execution state (invariant 13).
 
-    A read of something that is not there is an InvalidPlan."""
+    A read of something that is not there is an InvalidPlan (`sg_reconciler.errors`)."""
 
     def put_groups(self, plan: str, groups: Sequence[str]) -> int:
         """Store a plan's group ids; how many there are."""
@@ -156,17 +153,6 @@ class PlanStorage(Protocol):
     def phase(self, plan: str, phase: str) -> Batch:
         """Every item of a phase, in batch order (none when it has none)."""
         ...
-
-
-def stored_groups(plan: str, ids: list[str], expected: int | None) -> list[str]:
-    """A plan's group ids as a PlanStorage read them: all `expected` of them, or InvalidPlan."""
-    if not ids or (expected is not None and len(ids) != expected):
-        raise InvalidPlan(
-            f"the plan store holds {len(ids)} group(s) for {plan}"
-            + ("" if expected is None else f", not the {expected} the execution expects")
-            + ": it expired or was never written"
-        )
-    return ids
 
 
 class ExecutionStarter(Protocol):
