@@ -50,7 +50,7 @@ from sg_reconciler.core.rules import (
     RuleKey,
     rule_from_dict,
 )
-from sg_reconciler.core.scope import Scope
+from sg_reconciler.core.scope import Locked, Scope
 from sg_reconciler.errors import (
     InvalidPlan,
     LockBusy,
@@ -376,14 +376,16 @@ class FakeStarter:
 
 @dataclass
 class FakeInventory:
-    """Reads a fixed inventory, whatever the clients."""
+    """The InventoryReader port on a fixed inventory."""
 
     inventory: Inventory
     reads: int = 0
 
-    def __call__(
-        self, ec2: Any, elbv2: Any, policy: Any, quotas: Any = None, scope: Any = None
-    ) -> Inventory:
+    def read(self, narrow: Scope | None = None) -> Inventory:
+        self.reads += 1
+        return self.inventory
+
+    def read_locked(self, locked: Locked) -> Inventory:
         self.reads += 1
         return self.inventory
 

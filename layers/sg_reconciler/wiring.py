@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     # Cold start (issue 12 item 6): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
     from sg_reconciler.adapters.deployment import RevocationLog
+    from sg_reconciler.adapters.inventory import AccountInventory
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
     from sg_reconciler.app.planned import Planned
     from sg_reconciler.core.ports import (
@@ -120,6 +121,7 @@ def planners(
         RevocationLog,
         check_owner_claim,
     )
+    from sg_reconciler.adapters.inventory import AccountInventory
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
     from sg_reconciler.app.live_plan import compute_live_plan, compute_locked_plan
 
@@ -142,29 +144,24 @@ def planners(
             releases.record_held(live.brake.fingerprint, live.brake.reason)
         return live
 
+    def account() -> AccountInventory:
+        return AccountInventory(ec2, elbv2, policy, read_client("service-quotas", attempts))
+
     def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
-        quotas = read_client("service-quotas", attempts)
         return recorded(
             compute_live_plan(
-                ec2,
-                elbv2,
+                account(),
                 policy,
                 scope,
                 narrow=narrow,
                 partial=True,
-                quotas=quotas,
                 released=released,
                 window=window if config.lock_table else None,
             )
         )
 
     def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
-        quotas = read_client("service-quotas", attempts)
-        return recorded(
-            compute_locked_plan(
-                ec2, elbv2, policy, groups, planned, quotas=quotas, released=released
-            )
-        )
+        return recorded(compute_locked_plan(account(), policy, groups, planned, released=released))
 
     return replan, locked, policy.settle_seconds
 
@@ -175,10 +172,9 @@ def _adapters_fit_ports(
     plans: PlanStore,
     pacer: Pacer,
     window: RevocationLog,
+    account: AccountInventory,
 ) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer, RevocationWindow]:
     """Never called: mypy checks that each adapter satisfies its port (a method renamed or a
     signature changed on one side fails `make typecheck`). `execution_starter` is checked by
     its return type."""
-    from sg_reconciler.adapters.inventory import read_inventory
-
-    return rules, locks, plans, read_inventory, pacer, window
+    return rules, locks, plans, account, pacer, window

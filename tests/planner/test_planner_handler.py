@@ -26,6 +26,7 @@ from event_samples import ACCOUNT_ID, REGION, load_event
 from live.world import World, build_world
 from moto.elbv2.models import elbv2_backends
 from sg_reconciler.adapters.deployment import WINDOW_PREFIX
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
@@ -154,7 +155,9 @@ class Planner:
         return Scope.merge(p.scope for p in parsed if isinstance(p, Relevant))
 
     def plan(self, scope: Scope | None = None) -> LivePlan:
-        return compute_live_plan(self.ec2, self.elbv2, self.policy, scope)
+        return compute_live_plan(
+            AccountInventory(self.ec2, self.elbv2, self.policy), self.policy, scope
+        )
 
     def steps(self, scope: Scope | None = None) -> tuple[Step, ...]:
         result = self.plan(scope).result

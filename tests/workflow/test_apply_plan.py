@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.app.plan_batch import execution_name
@@ -28,7 +29,8 @@ TIMEOUT = 60.0
 
 def live_plan(world: DemoWorld) -> LivePlan:
     clients = world.runtime.clients
-    return compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None)
+    parsed = parse_policy(world.policy)
+    return compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None)
 
 
 def grow(world: DemoWorld) -> LivePlan:

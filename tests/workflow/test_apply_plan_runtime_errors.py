@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.app.plan_batch import execution_name
 from sg_reconciler.app.steps import refresh_plan
@@ -52,7 +53,8 @@ def test_a_runtime_error_ends_the_execution_at_its_state_and_the_janitor_frees_t
     # state's ResultSelector reads ($.Payload.revoke): a States.Runtime error at that state
     world.add_service(32500)
     clients = runtime.clients
-    live = compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None)
+    parsed = parse_policy(world.policy)
+    live = compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None)
     assert isinstance(live.result, Plan) and live.result.steps
     real = refresh_plan.replan_revokes
 

@@ -26,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sg_reconciler.adapters.aws import Clients, make_clients
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
 from sg_reconciler.adapters.executions import in_flight_hand_backs
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.handover import hand_over
@@ -361,7 +362,9 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def _read_live(args: argparse.Namespace, policy: Policy | None = None) -> LivePlan:
     policy = policy or load_policy_file(args.policy)
-    return _reading(args, lambda c: compute_live_plan(c.ec2, c.elbv2, policy))
+    return _reading(
+        args, lambda c: compute_live_plan(AccountInventory(c.ec2, c.elbv2, policy), policy)
+    )
 
 
 @contextmanager

@@ -8,7 +8,7 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 - `LockStore`: one lock per group, with a lease (`adapters.locks.GroupLocks`).
 - `PlanStorage`: a plan's groups and its phases' batches (`adapters.plan_store.PlanStore`).
 - `InventoryReader`: the account as the desired state needs it
-  (`adapters.inventory.read_inventory`).
+  (`adapters.inventory.AccountInventory`).
 - `ExecutionStarter`: start the apply state machine (`wiring.execution_starter`).
 - `RevocationWindow`: the brake's memory of removals let through
   (`adapters.deployment.RevocationLog`).
@@ -22,9 +22,8 @@ from typing import Any, Protocol
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import WindowCount
 from sg_reconciler.core.plan import Adopt
-from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
-from sg_reconciler.core.scope import Scope
+from sg_reconciler.core.scope import Locked, Scope
 
 # Called with a group's live rules right before each attempt of a revoke or modify (a retry
 # after a backoff reads them again); raises to stop the call.
@@ -162,12 +161,18 @@ class ExecutionStarter(Protocol):
 
 
 class InventoryReader(Protocol):
-    """Read what the desired state of `policy` depends on, with the given clients (EC2,
-    ELBv2 and optionally Service Quotas)."""
+    """The account as the deployment's policy needs it (the clients and the policy are
+    bound where it is built: wiring.py)."""
 
-    def __call__(
-        self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None, scope: Scope | None = None
-    ) -> Inventory: ...
+    def read(self, narrow: Scope | None = None) -> Inventory:
+        """What the desired state depends on, plus the rules of the groups in play; with an
+        event's scope (`narrow`), only its peer closure when it has one (core/narrow.py)."""
+        ...
+
+    def read_locked(self, locked: Locked) -> Inventory:
+        """The locked groups' rules and the closure of `locked.peers`, exact for those
+        peers (`narrowed_to`)."""
+        ...
 
 
 class RevocationWindow(Protocol):
