@@ -12,10 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters import pacing
 from sg_reconciler.adapters.aws import client, read_client
-from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.pacing import Pacer, ReadPacer
-from sg_reconciler.adapters.plan_store import PlanStore
-from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.core.pacing import pacing_for, read_pace
 
 if TYPE_CHECKING:
@@ -23,6 +20,9 @@ if TYPE_CHECKING:
     # imported by the functions that plan (live_planner), not by every step that imports this.
     from sg_reconciler.adapters.deployment import RevocationLog
     from sg_reconciler.adapters.inventory import AccountInventory
+    from sg_reconciler.adapters.locks import GroupLocks
+    from sg_reconciler.adapters.plan_store import PlanStore
+    from sg_reconciler.adapters.security_groups import SecurityGroupRules
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
     from sg_reconciler.app.planned import Planned
     from sg_reconciler.core.ports import (
@@ -68,6 +68,8 @@ def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> 
     """The steps' EC2 reader and writer; its reads are paced at the deployment's read pace;
     with `config`, writes are paced at its rate and a throttled write backs off in the step
     for `seconds_left` (less a margin to report)."""
+    from sg_reconciler.adapters.security_groups import SecurityGroupRules
+
     ec2 = read_pacer(config, seconds_left or None).install(client("ec2"))
     if config is None:
         return SecurityGroupRules(ec2)
@@ -76,6 +78,8 @@ def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> 
 
 
 def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
+    from sg_reconciler.adapters.locks import GroupLocks
+
     return GroupLocks(client("dynamodb"), config.lock_table)
 
 
@@ -94,6 +98,8 @@ def execution_starter(config: PlannerSettings, attempts: int = 1) -> ExecutionSt
 
 def plan_store(config: StepSettings | PlannerSettings, attempts: int = 3) -> PlanStore:
     """The plan store; its reads and writes are cheap to retry, so the client retries them."""
+    from sg_reconciler.adapters.plan_store import PlanStore
+
     return PlanStore(client("dynamodb", attempts), config.plan_table)
 
 

@@ -17,17 +17,20 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from sg_reconciler.core.account import Inventory
-from sg_reconciler.core.brake import WindowCount
-from sg_reconciler.core.plan import Adopt
-from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
-from sg_reconciler.core.scope import Locked, Scope
+from sg_reconciler.core.rules import PLAN_TAG_KEY
+
+if TYPE_CHECKING:  # types only: a step that types against a port loads no planner (cold start)
+    from sg_reconciler.core.account import Inventory
+    from sg_reconciler.core.brake import WindowCount
+    from sg_reconciler.core.plan import Adopt
+    from sg_reconciler.core.rules import Rule, RuleKey
+    from sg_reconciler.core.scope import Locked, Scope
 
 # Called with a group's live rules right before each attempt of a revoke or modify (a retry
 # after a backoff reads them again); raises to stop the call.
-Guard = Callable[[list[Rule]], None]
+Guard: TypeAlias = "Callable[[list[Rule]], None]"
 Batch = list[dict[str, Any]]  # one Map item's share of a phase: a few groups' calls
 
 

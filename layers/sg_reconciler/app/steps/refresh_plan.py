@@ -13,7 +13,6 @@ from sg_reconciler.app.contracts import (
     RevokesOutput,
     Summary,
 )
-from sg_reconciler.app.planned import Planned, planned_by, put_planned, stored_planned
 from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.app.steps.common import parse, plan_groups, stored_phases
 from sg_reconciler.core.pacing import Pacing
@@ -43,6 +42,8 @@ def refresh_plan(
     that keeps the writes at the deployment's rate. A plan from the planner is refreshed
     from the locked groups' rules and its closure (`locked`); one given inline, from the
     planner's read."""
+    from sg_reconciler.app.planned import planned_by, put_planned, stored_planned
+
     request = parse(RefreshInput, event)
     groups = plan_groups(request, store)
     planned = stored_planned(store, request.groups_key) if locked is not None else None
@@ -91,6 +92,9 @@ def replan_revokes(
     if not before.revoke:
         store.put_phase(request.plan_id, "revoke", [])
         return RevokesOutput(revoke=[], deferred="").model_dump()
+    # Loaded past the return above: a plan with nothing to revoke loads no planner (cold start).
+    from sg_reconciler.app.planned import Planned, stored_planned
+
     planned = stored_planned(store, request.plan_id) if locked is not None else None
     if locked is not None and planned is not None:  # from the refresh's desired rules
         rewritten = {
