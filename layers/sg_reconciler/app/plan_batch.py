@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
-from sg_reconciler.trigger.cloudtrail import SCHEDULED_DETAIL_TYPE
+from sg_reconciler.trigger.classify import SCHEDULED_DETAIL_TYPE, Ignored, Parsed, Relevant
 
 if TYPE_CHECKING:
     from sg_reconciler.app.live_plan import Replan
