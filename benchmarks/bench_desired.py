@@ -42,8 +42,9 @@ from sg_reconciler.core.account import (
 from sg_reconciler.core.compaction import compact
 from sg_reconciler.core.desired import compute_desired
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
-from sg_reconciler.policy import MANAGED_TAG, Policy, parse_policy
+from sg_reconciler.policy import MANAGED_TAG, parse_policy
 
 from benchmarks.call_estimate import WorldSize, describe_call_estimate
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sg_reconciler.core.collector import paused_collector
+from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.planner import Limits, make_plan
 from sg_reconciler.core.rules import (
@@ -126,6 +126,7 @@ def build_world(groups: int, seed: int = 7) -> tuple[Doc, Doc]:
     return {"SecurityGroupRules": current}, {"SecurityGroupRules": desired}
 
 
+@paused_collector()  # as the edge takes it around a read and a plan
 def plan_once(current: Doc, desired: Doc, quota: int) -> tuple[float, float, float, Plan]:
     """Wall seconds to parse both documents, wall seconds to plan (make_plan, safety check
     included), CPU seconds for both, and the plan."""
@@ -226,6 +227,7 @@ def best_cpu(runs: Mapping[str, Callable[[], object]], rounds: int) -> dict[str,
     return best
 
 
+@paused_collector()
 def time_quota_ratio(groups: int, repeat: int, seed: int) -> dict[str, Any]:
     """CPU seconds of make_plan at the quota and with room on one parsed world, best of
     3 x `repeat`, taken in turns so that a busy machine weighs on both alike."""

@@ -21,11 +21,13 @@ from typing import Any
 
 import boto3
 from moto import mock_aws
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.plan import Authorize, Plan
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import DEFAULT_OWNER, OWNER_TAG_KEY, rule_to_dict
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.local import moto_hooks
 
 REGION = "us-east-1"
@@ -100,7 +102,9 @@ class Account:
         )
 
     def plan(self, scope: Scope, narrow: Scope | None = None) -> LivePlan:
-        return compute_live_plan(self.ec2, self.elbv2, self.policy, scope, narrow=narrow)
+        return compute_live_plan(
+            AccountInventory(self.ec2, self.elbv2, self.policy), self.policy, scope, narrow=narrow
+        )
 
     def authorize(self, plan: Plan) -> None:
         """The first plan's rules, one call each (moto gives every permission of a call the

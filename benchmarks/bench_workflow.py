@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.policy import parse_policy
@@ -73,7 +74,10 @@ def transitions_per_change() -> dict[str, Any]:
         for label, instances in (("one_group", world.instances[:2]), ("two_groups", None)):
             world.add_service(32500 + len(figures), instances=instances)
             clients = runtime.clients
-            live = compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None)
+            parsed = parse_policy(world.policy)
+            live = compute_live_plan(
+                AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None
+            )
             assert isinstance(live.result, Plan)
             name = f"bench-{label}"
             arn = runtime.start_execution(
@@ -95,8 +99,9 @@ def unsafe_window() -> dict[str, Any]:
                 before = world.node_rules()
                 world.add_service(32500)
                 clients = runtime.clients
+                parsed = parse_policy(world.policy)
                 live = compute_live_plan(
-                    clients.ec2, clients.elbv2, parse_policy(world.policy), None
+                    AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None
                 )
                 assert isinstance(live.result, Plan)
                 injector = FaultInjector(DENIED) if fault else FaultInjector()

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sg_reconciler.adapters.plan_store import stored_groups
+from sg_reconciler.adapters.rule_checks import adopt_calls, modify_needed, modify_target, revocable
 from sg_reconciler.app.live_plan import LivePlan, Replan
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.plan import Adopt, Plan
@@ -35,10 +37,8 @@ from sg_reconciler.core.ports import (
     LockStore,
     PlanStorage,
     RuleStore,
-    stored_groups,
 )
 from sg_reconciler.core.quota import Limits
-from sg_reconciler.core.rule_checks import adopt_calls, modify_needed, modify_target, revocable
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
     ADOPTED_DESCRIPTION_TAG_KEY,
@@ -50,7 +50,7 @@ from sg_reconciler.core.rules import (
     RuleKey,
     rule_from_dict,
 )
-from sg_reconciler.core.scope import Scope
+from sg_reconciler.core.scope import Locked, Scope
 from sg_reconciler.errors import (
     InvalidPlan,
     LockBusy,
@@ -376,14 +376,16 @@ class FakeStarter:
 
 @dataclass
 class FakeInventory:
-    """Reads a fixed inventory, whatever the clients."""
+    """The InventoryReader port on a fixed inventory."""
 
     inventory: Inventory
     reads: int = 0
 
-    def __call__(
-        self, ec2: Any, elbv2: Any, policy: Any, quotas: Any = None, scope: Any = None
-    ) -> Inventory:
+    def read(self, narrow: Scope | None = None) -> Inventory:
+        self.reads += 1
+        return self.inventory
+
+    def read_locked(self, locked: Locked) -> Inventory:
         self.reads += 1
         return self.inventory
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.plan_batch import plan_batch
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, metrics, tracer
 from sg_reconciler.settings import PlannerSettings, load_settings
 from sg_reconciler.trigger.classify import Ignored, Parsed, parse_record, parse_sqs_record
 from sg_reconciler.wiring import execution_starter, live_planner, plan_store
+
+if TYPE_CHECKING:  # the live planner is loaded by the first batch that plans (cold start)
+    from sg_reconciler.app.live_plan import LivePlan
 
 # The trigger module logs each ignored event with the standard library; give it our format.
 copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.classify"})

@@ -3,7 +3,7 @@
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from sg_reconciler.app import steps
+from sg_reconciler.app.steps import acquire_locks
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.settings import StepSettings, load_settings
 from sg_reconciler.wiring import group_locks, plan_store
@@ -13,4 +13,6 @@ from sg_reconciler.wiring import group_locks, plan_store
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
-    return steps.acquire_locks(event, plan_store(config), group_locks(config), config.lease_seconds)
+    return acquire_locks.acquire_locks(
+        event, plan_store(config), group_locks(config), config.lease_seconds
+    )

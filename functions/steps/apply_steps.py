@@ -3,7 +3,7 @@
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from sg_reconciler.app import steps
+from sg_reconciler.app.steps import apply_steps
 from sg_reconciler.observability import logger, tracer
 from sg_reconciler.settings import StepSettings, load_settings
 from sg_reconciler.wiring import group_locks, group_rules, plan_store
@@ -14,7 +14,7 @@ from sg_reconciler.wiring import group_locks, group_rules, plan_store
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     config = load_settings(StepSettings)
     rules = group_rules(config, context.get_remaining_time_in_millis() / 1000)
-    return steps.apply_steps(
+    return apply_steps.apply_steps(
         event,
         plan_store(config),
         rules,

@@ -4,7 +4,8 @@ One YAML or JSON document, kept in an SSM parameter in AWS (read by
 `sg_reconciler.adapters.policy_store`) and in a file locally. It is validated strictly
 (unknown fields are errors) because a typo in a policy silently widening or narrowing what
 the reconciler owns is worse than a failed start. Every problem is reported as one
-`PolicyError` line that names the field.
+`PolicyError` line that names the field. The document's model (`PolicyDocument`) stays
+here, at the edge: `parse_policy` returns the core's value (`core.policy.Policy`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sg_reconciler.core.account import tags_of
 from sg_reconciler.core.brake import DEFAULT_MAX_REVOKE_PERCENT, DEFAULT_MIN_REVOKES
 from sg_reconciler.core.desired import Binding as CoreBinding
-from sg_reconciler.core.desired import DesiredSettings, disagreement
-from sg_reconciler.core.rules import (
-    DEFAULT_MAX_RULES_PER_GROUP,
-    DEFAULT_OWNER,
-    OWNER_TAG_KEY,
-    Rule,
-    RuleError,
-    rule_from_dict,
-)
+from sg_reconciler.core.desired import disagreement
+from sg_reconciler.core.policy import BrakeLimits, Policy
+from sg_reconciler.core.policy import PolicyError as PolicyError  # raised here too
+from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, RuleError, rule_from_dict
 from sg_reconciler.errors import validation_message as _one_line
 
 GROUP_ID_PATTERN = r"^sg-[0-9a-f]{8,17}$"
@@ -38,10 +34,6 @@ MANAGED_TAG = {"sg-reconciler/managed": "true"}
 # What the AWS Load Balancer Controller writes on the backend rules it shares between
 # target group bindings, and recognises its own rules by.
 LBC_SHARED_DESCRIPTION = "elbv2.k8s.aws/targetGroupBinding=shared"
-
-
-class PolicyError(ValueError):
-    """A policy that cannot be read or is invalid; the message is one line."""
 
 
 class _Strict(BaseModel):
@@ -264,13 +256,6 @@ class _BindingFields(_Strict):
         ),
     )
 
-    def matches(self, tags: dict[str, str]) -> bool:
-        """Whether a load balancer with these tags is selected by this binding."""
-        return all(
-            key in tags and (want == "*" or tags[key] == want)
-            for key, want in self.load_balancers.tags.items()
-        )
-
     def to_core(self, name: str) -> CoreBinding:
         source, destination = self.rule_source, self.destination
         cidrs = source.client_cidrs
@@ -297,7 +282,7 @@ class Binding(_BindingFields):
     )
 
 
-class Policy(_BindingFields):
+class PolicyDocument(_BindingFields):
     owner: str = Field(
         default=DEFAULT_OWNER,
         pattern=OWNER_PATTERN,
@@ -352,7 +337,7 @@ class Policy(_BindingFields):
     )
 
     @model_validator(mode="after")
-    def _coherent(self) -> Policy:
+    def _coherent(self) -> PolicyDocument:
         if self.bindings is not None:
             single = sorted(set(_BindingFields.model_fields) & self.model_fields_set)
             if single:
@@ -374,28 +359,7 @@ class Policy(_BindingFields):
             seen[rule.key] = rule.description
         return self
 
-    @property
-    def rule_limit(self) -> int:
-        """The per-group limit the planner works to, before the account's quota is read."""
-        return (self.quota or DEFAULT_MAX_RULES_PER_GROUP) - self.quota_headroom
-
-    def rule_quota(self, account_quota: int | None) -> int:
-        """The quota to plan with: the override, never above the account's (one error line)."""
-        account = account_quota or DEFAULT_MAX_RULES_PER_GROUP
-        if self.quota is not None and account_quota is not None and self.quota > account_quota:
-            raise PolicyError(
-                f"policy: quota {self.quota} is above the account's quota of {account_quota} "
-                "inbound rules per security group (Service Quotas L-0EA8095F); lower it or "
-                "raise the account's quota"
-            )
-        quota = self.quota if self.quota is not None else account
-        if self.quota_headroom >= quota:
-            raise PolicyError(
-                f"policy: quota_headroom {self.quota_headroom} leaves no room under the quota of {quota}"
-            )
-        return quota
-
-    def for_owner(self, owner: str) -> Policy:
+    def for_owner(self, owner: str) -> PolicyDocument:
         """The policy of a deployment whose owner name comes from the stack (one source).
 
         A policy that sets `owner` to another name is refused, not silently overridden: its
@@ -413,36 +377,18 @@ class Policy(_BindingFields):
             return [("default", self)]
         return [(b.name, b) for b in self.bindings]
 
-    def desired_settings(self) -> DesiredSettings:
-        """The pure-core view of the policy."""
-        return DesiredSettings(
+    def to_policy(self) -> Policy:
+        """The core's value of this document."""
+        return Policy(
             owner=self.owner,
             bindings=tuple(fields.to_core(name) for name, fields in self.in_effect()),
             static_rules=tuple(s.to_rule(self.owner) for s in self.static_rules),
+            quota=self.quota,
+            quota_headroom=self.quota_headroom,
+            settle_seconds=self.settle_seconds,
+            brake=BrakeLimits(self.brake.max_revoke_percent, self.brake.min_revokes),
+            adopt_descriptions=tuple(self.adopt_descriptions),
         )
-
-    def selects(self, tags: dict[str, str]) -> bool:
-        """Whether a load balancer with these tags is managed (by any binding)."""
-        return any(fields.matches(tags) for _, fields in self.in_effect())
-
-    def adopts(self, rule: Rule) -> bool:
-        """Whether an unmanaged rule may be taken over (when it is exactly a desired rule):
-        its description is listed and no deployment owns it (another's stays its own)."""
-        return (
-            bool(rule.description)
-            and rule.description in self.adopt_descriptions
-            and rule.tag(OWNER_TAG_KEY) is None
-        )
-
-    @property
-    def named_groups(self) -> set[str]:
-        """Groups some binding names as its destination."""
-        return {g for _, f in self.in_effect() for g in f.destination.group_ids}
-
-    @property
-    def backend_groups(self) -> set[str]:
-        """Groups some binding names as its rule source."""
-        return {f.rule_source.group_id for _, f in self.in_effect() if f.rule_source.group_id}
 
 
 def _check_bindings(bindings: list[Binding]) -> None:
@@ -489,8 +435,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def parse_policy(text: str, origin: str = "policy") -> Policy:
-    """Parse a YAML or JSON policy document (JSON is YAML); an empty document is all defaults."""
+def parse_policy(text: str, origin: str = "policy", owner: str | None = None) -> Policy:
+    """Parse a YAML or JSON policy (JSON is YAML); an empty document is all defaults. With
+    `owner` (the stack's), a policy naming another owner is refused."""
+    document = parse_policy_document(text, origin)
+    return (document if owner is None else document.for_owner(owner)).to_policy()
+
+
+def parse_policy_document(text: str, origin: str = "policy") -> PolicyDocument:
+    """The policy document as written (for tools that check what it sets)."""
     try:
         doc = yaml.load(text, Loader=_UniqueKeyLoader)
     except RecursionError:
@@ -505,7 +458,7 @@ def parse_policy(text: str, origin: str = "policy") -> Policy:
     if not isinstance(doc, dict):
         raise PolicyError(f"{origin}: the policy must be a mapping, not {type(doc).__name__}")
     try:
-        return Policy.model_validate(doc)
+        return PolicyDocument.model_validate(doc)
     except ValidationError as err:
         raise PolicyError(f"{origin}: {_one_line(err)}") from None
     except RuleError as err:  # a static rule EC2 would reject
@@ -513,9 +466,13 @@ def parse_policy(text: str, origin: str = "policy") -> Policy:
 
 
 def load_policy_file(path: str | Path) -> Policy:
+    return load_policy_document(path).to_policy()
+
+
+def load_policy_document(path: str | Path) -> PolicyDocument:
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
         raise PolicyError(f"{path}: cannot read ({err.strerror})") from None
-    return parse_policy(text, str(path))
+    return parse_policy_document(text, str(path))

@@ -12,16 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.adapters import pacing
 from sg_reconciler.adapters.aws import client, read_client
-from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.adapters.pacing import Pacer, ReadPacer
-from sg_reconciler.adapters.plan_store import PlanStore
-from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.core.pacing import pacing_for, read_pace
 
 if TYPE_CHECKING:
     # Cold start (docs/extending.md, "Cold start"): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
     from sg_reconciler.adapters.deployment import RevocationLog
+    from sg_reconciler.adapters.inventory import AccountInventory
+    from sg_reconciler.adapters.locks import GroupLocks
+    from sg_reconciler.adapters.plan_store import PlanStore
+    from sg_reconciler.adapters.security_groups import SecurityGroupRules
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
     from sg_reconciler.app.planned import Planned
     from sg_reconciler.core.ports import (
@@ -67,6 +68,8 @@ def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> 
     """The steps' EC2 reader and writer; its reads are paced at the deployment's read pace;
     with `config`, writes are paced at its rate and a throttled write backs off in the step
     for `seconds_left` (less a margin to report)."""
+    from sg_reconciler.adapters.security_groups import SecurityGroupRules
+
     ec2 = read_pacer(config, seconds_left or None).install(client("ec2"))
     if config is None:
         return SecurityGroupRules(ec2)
@@ -75,6 +78,8 @@ def group_rules(config: StepSettings | None = None, seconds_left: float = 0) -> 
 
 
 def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
+    from sg_reconciler.adapters.locks import GroupLocks
+
     return GroupLocks(client("dynamodb"), config.lock_table)
 
 
@@ -93,6 +98,8 @@ def execution_starter(config: PlannerSettings, attempts: int = 1) -> ExecutionSt
 
 def plan_store(config: StepSettings | PlannerSettings, attempts: int = 3) -> PlanStore:
     """The plan store; its reads and writes are cheap to retry, so the client retries them."""
+    from sg_reconciler.adapters.plan_store import PlanStore
+
     return PlanStore(client("dynamodb", attempts), config.plan_table)
 
 
@@ -120,12 +127,11 @@ def planners(
         RevocationLog,
         check_owner_claim,
     )
+    from sg_reconciler.adapters.inventory import AccountInventory
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
     from sg_reconciler.app.live_plan import compute_live_plan, compute_locked_plan
 
-    policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter).for_owner(
-        config.owner
-    )
+    policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter, config.owner)
     check_owner_claim(
         client("ssm", attempts), config.owner_claim_parameter, config.stack_id, config.owner
     )
@@ -144,29 +150,24 @@ def planners(
             releases.record_held(live.brake.fingerprint, live.brake.reason)
         return live
 
+    def account() -> AccountInventory:
+        return AccountInventory(ec2, elbv2, policy, read_client("service-quotas", attempts))
+
     def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
-        quotas = read_client("service-quotas", attempts)
         return recorded(
             compute_live_plan(
-                ec2,
-                elbv2,
+                account(),
                 policy,
                 scope,
                 narrow=narrow,
                 partial=True,
-                quotas=quotas,
                 released=released,
                 window=window if config.lock_table else None,
             )
         )
 
     def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
-        quotas = read_client("service-quotas", attempts)
-        return recorded(
-            compute_locked_plan(
-                ec2, elbv2, policy, groups, planned, quotas=quotas, released=released
-            )
-        )
+        return recorded(compute_locked_plan(account(), policy, groups, planned, released=released))
 
     return replan, locked, policy.settle_seconds
 
@@ -177,10 +178,9 @@ def _adapters_fit_ports(
     plans: PlanStore,
     pacer: Pacer,
     window: RevocationLog,
+    account: AccountInventory,
 ) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer, RevocationWindow]:
     """Never called: mypy checks that each adapter satisfies its port (a method renamed or a
     signature changed on one side fails `make typecheck`). `execution_starter` is checked by
     its return type."""
-    from sg_reconciler.adapters.inventory import read_inventory
-
-    return rules, locks, plans, read_inventory, pacer, window
+    return rules, locks, plans, account, pacer, window

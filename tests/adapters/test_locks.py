@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 from sg_reconciler.adapters.locks import GroupLocks
-from sg_reconciler.app.steps import release_after_stop
+from sg_reconciler.app.steps.release_locks import release_after_stop
 from sg_reconciler.errors import InvalidPlan, LockBusy, LockLost
 
 TABLE = "locks"

@@ -8,8 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fakes import FakeLocks, FakePlans, FakeRules, planner
-from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import Replan
+from sg_reconciler.app.steps import (
+    acquire_locks,
+    apply_steps,
+    check_plan,
+    refresh_plan,
+    release_locks,
+    roll_back,
+    verify_rules,
+)
 from sg_reconciler.core.pacing import Pacing, pacing_for
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.rules import DEFAULT_OWNER, Rule
@@ -47,27 +55,31 @@ class World:
 
     def check(self, plan: Plan | None = None) -> dict[str, Any]:
         doc = (plan or self.plan()).to_dict()
-        return steps.check_plan({"input": {"plan": doc}, "execution": self.execution}, self.plans)
+        return check_plan.check_plan(
+            {"input": {"plan": doc}, "execution": self.execution}, self.plans
+        )
 
     def groups(self, checked: dict[str, Any], **more: Any) -> dict[str, Any]:
         return {"groups_key": checked["groups_key"], "groups": checked["groups"], **more}
 
     def lock(self, checked: dict[str, Any]) -> dict[str, Any]:
         event = self.groups(checked, holder=self.execution)
-        return steps.acquire_locks(event, self.plans, self.locks, LEASE)
+        return acquire_locks.acquire_locks(event, self.plans, self.locks, LEASE)
 
     def release(self, checked: dict[str, Any]) -> dict[str, Any]:
-        return steps.release_locks(
+        return release_locks.release_locks(
             self.groups(checked, holder=self.execution), self.plans, self.locks
         )
 
     def refresh(self, checked: dict[str, Any]) -> dict[str, Any]:
         event = self.groups(checked, plan_id=checked["plan_id"])
-        return steps.refresh_plan(event, self.plans, self.replan(), SETTLE, self.owner, self.pacing)
+        return refresh_plan.refresh_plan(
+            event, self.plans, self.replan(), SETTLE, self.owner, self.pacing
+        )
 
     def replan_revokes(self, checked: dict[str, Any]) -> dict[str, Any]:
         event = self.groups(checked, plan_id=checked["plan_id"], mode="revokes")
-        return steps.replan_revokes(event, self.plans, self.replan(), self.pacing)
+        return refresh_plan.replan_revokes(event, self.plans, self.replan(), self.pacing)
 
     def apply(
         self, phase: str, batch: int, checked: dict[str, Any], batches: int = 1
@@ -80,7 +92,7 @@ class World:
             "holder": self.execution,
             "owner": self.owner,
         }
-        return steps.apply_steps(event, self.plans, self.rules, self.locks, LEASE)
+        return apply_steps.apply_steps(event, self.plans, self.rules, self.locks, LEASE)
 
     def verify(
         self,
@@ -97,12 +109,12 @@ class World:
         if mode == "leftovers":  # list the groups, check each batch, then the report
             plan_id = checked["plan_id"]
             listed = {"mode": "leftover_batches", "plan_id": plan_id}
-            batches = steps.verify(listed, self.plans, self.rules)["batches"]
+            batches = verify_rules.verify(listed, self.plans, self.rules)["batches"]
             for batch in batches:
                 item = {"mode": "leftover_batch", "batch": batch, "plan_id": plan_id}
-                steps.verify(item, self.plans, self.rules)
+                verify_rules.verify(item, self.plans, self.rules)
             event["batches"] = len(batches)
-        return steps.verify(event, self.plans, self.rules)
+        return verify_rules.verify(event, self.plans, self.rules)
 
     def roll_back(self, checked: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
         """The rollback Map (one item per authorize batch; a failed item is noted, as its
@@ -119,7 +131,7 @@ class World:
             "batches": batches,
             "error": error,
         }
-        return steps.roll_back(event, self.plans, self.rules, self.locks, LEASE)
+        return roll_back.roll_back(event, self.plans, self.rules, self.locks, LEASE)
 
     def authorize_batches(self, checked: dict[str, Any]) -> int:
         return len(self.plans.parts.get((checked["plan_id"], "authorize"), []))
@@ -134,7 +146,7 @@ class World:
             "owner": self.owner,
             "holder": self.execution,
         }
-        return steps.roll_back(event, self.plans, self.rules, self.locks, LEASE)
+        return roll_back.roll_back(event, self.plans, self.rules, self.locks, LEASE)
 
     # The state machine's happy path ------------------------------------------------------
 

@@ -20,7 +20,7 @@ POLICY = parse_policy(json.dumps({"static_rules": [STATIC]}))
 def test_the_live_plan_reads_through_the_given_reader() -> None:
     reader = FakeInventory(Inventory(groups={GROUP: SecurityGroup(GROUP, vpc_id="vpc-1")}))
 
-    live = compute_live_plan(None, None, POLICY, Scope.everything(), read=reader)  # type: ignore[arg-type]
+    live = compute_live_plan(reader, POLICY, Scope.everything())
 
     assert reader.reads == 1
     assert isinstance(live.result, Plan)

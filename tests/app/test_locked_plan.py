@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import pytest
 from app import test_narrow_reads as narrow_reads
 from hypothesis import event, given
 from hypothesis import strategies as st
-from sg_reconciler.adapters.inventory import Locked
 from sg_reconciler.app.live_plan import LivePlan, compute_locked_plan, plan_from_inventory
 from sg_reconciler.app.planned import Planned, planned_by
 from sg_reconciler.core.account import Inventory, LoadBalancer, SecurityGroup, Target, TargetGroup
 from sg_reconciler.core.desired import compute_desired
 from sg_reconciler.core.narrow import admitting
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
-from sg_reconciler.core.scope import Scope
+from sg_reconciler.core.scope import Locked, Scope
 from sg_reconciler.core.traffic import Traffic
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import parse_policy
 
 OWNER = "sg-reconciler"
 VPC = "vpc-1"
@@ -106,16 +105,19 @@ def backend_rule(cluster: str, port: int, rule_id: str) -> Rule:
 
 @dataclass
 class Reader:
-    """`read_locked` over a whole account: the locked groups' rules, and only the target
-    groups whose load balancer admits one of the peers asked for."""
+    """The InventoryReader port over a whole account: `read_locked` gives the locked groups'
+    rules, and only the target groups whose load balancer admits one of the peers asked for."""
 
     inventory: Inventory
+    chosen: Policy
     asked: list[Locked] = field(default_factory=list)
     target_healths: int = 0  # DescribeTargetHealth calls: one per target group read
 
-    def __call__(
-        self, ec2: Any, elbv2: Any, chosen: Policy, locked: Locked, quotas: Any = None
-    ) -> Inventory:
+    def read(self, narrow: Scope | None = None) -> Inventory:
+        return self.inventory
+
+    def read_locked(self, locked: Locked) -> Inventory:
+        chosen = self.chosen
         self.asked.append(locked)
         full = self.inventory
         lbs: tuple[LoadBalancer, ...] = ()
@@ -145,8 +147,8 @@ def planner(inventory: Inventory) -> tuple[Plan, Planned]:
 
 
 def locked(inventory: Inventory, plan: Plan, planned: Planned) -> tuple[LivePlan, Reader]:
-    reader = Reader(inventory)
-    live = compute_locked_plan(None, None, policy(), plan.groups, planned, read=reader)  # type: ignore[arg-type]
+    reader = Reader(inventory, policy())
+    live = compute_locked_plan(reader, reader.chosen, plan.groups, planned)
     return live, reader
 
 
@@ -265,8 +267,8 @@ def test_a_rule_replaced_by_a_wider_one_reads_no_target_group() -> None:
     wider = Rule(old.key._replace(to_port=30010), old.description)
     planned = Planned((wider,), frozenset({old.rule_id or ""}))
     # When the refresh plans under the locks
-    reader = Reader(inventory)
-    live = compute_locked_plan(None, None, policy(), [old.group_id], planned, read=reader)  # type: ignore[arg-type]
+    reader = Reader(inventory, policy())
+    live = compute_locked_plan(reader, reader.chosen, [old.group_id], planned)
     # Then it authorizes the wider rule and revokes the old one, having read no target group
     assert revoked(live) == {old.rule_id}
     assert reader.target_healths == 0 and [a.peers for a in reader.asked] == [frozenset()]
@@ -311,9 +313,9 @@ def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
     )
     now = replace(before, target_groups=moved)
     # When the refresh plans under the locks
-    reader = Reader(now)
+    reader = Reader(now, chosen)
     planned = planned_by(planned_live, plan)
-    live = compute_locked_plan(None, None, chosen, plan.groups, planned, read=reader)  # type: ignore[arg-type]
+    live = compute_locked_plan(reader, chosen, plan.groups, planned)
     if not isinstance(live.result, Plan):
         return
     event("revokes" if revoked(live) else "no revoke")

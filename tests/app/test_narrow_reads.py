@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
 
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -16,9 +15,10 @@ from sg_reconciler.app.live_plan import LivePlan, compute_live_plan, plan_from_i
 from sg_reconciler.core.account import Inventory, LoadBalancer, SecurityGroup, Target, TargetGroup
 from sg_reconciler.core.narrow import narrow, narrowable, stands
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleKey
-from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.core.scope import Locked, Scope
+from sg_reconciler.policy import parse_policy
 
 NODES = ("sg-0000000a1", "sg-0000000a2", "sg-0000000a3")
 LB_GROUPS = ("sg-0000000b1", "sg-0000000b2", "sg-0000000b3")
@@ -172,10 +172,14 @@ def planned(inventory: Inventory, chosen: Policy, scope: Scope) -> LivePlan:
     """`compute_live_plan` for an event, on a reader that answers as the adapter does."""
     narrow_inventory = narrowed(inventory, chosen, scope)
 
-    def read(ec2: Any, elbv2: Any, policy: Any, quotas: Any = None, scope: Any = None) -> Inventory:
-        return inventory if scope is None else narrow_inventory
+    class Reader:
+        def read(self, narrow: Scope | None = None) -> Inventory:
+            return inventory if narrow is None else narrow_inventory
 
-    return compute_live_plan(None, None, chosen, scope, narrow=scope, partial=True, read=read)  # type: ignore[arg-type]
+        def read_locked(self, locked: Locked) -> Inventory:
+            raise AssertionError("an event's plan reads no locked groups")
+
+    return compute_live_plan(Reader(), chosen, scope, narrow=scope, partial=True)
 
 
 @given(accounts())

@@ -12,7 +12,7 @@ from fakes import FakePlans, FakeStarter
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.plan_batch import EVENT_ID_CHARS, execution_name, plan_batch
 from sg_reconciler.app.scope_store import stored_scope
-from sg_reconciler.app.steps import check_plan
+from sg_reconciler.app.steps.check_plan import check_plan
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.rules import rule_from_dict

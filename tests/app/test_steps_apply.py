@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from app.steps_world import SETTLE, World, caught
 from fakes import FakePacer, FakeRules, planner, rule
-from sg_reconciler.app import steps
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.planned import Planned, put_planned
 from sg_reconciler.app.scope_store import put_scope
+from sg_reconciler.app.steps import refresh_plan, verify_rules
 from sg_reconciler.core.plan import (
     Adopt,
     Authorize,
@@ -123,7 +123,7 @@ def test_a_refreshed_plan_that_reaches_past_the_locked_groups_is_refused(world: 
     world.lock(checked)
 
     with pytest.raises(PlanRefused, match=f"also changes {G2}, which this execution has not"):
-        steps.refresh_plan(
+        refresh_plan.refresh_plan(
             {**world.groups(checked), "plan_id": "exec-1"},
             world.plans,
             lambda scope, narrow=None: planner(world.rules, world.desired)(Scope.everything()),
@@ -141,7 +141,7 @@ def test_a_refusal_under_the_locks_is_a_refused_plan(world: World) -> None:
         return LivePlan(Refusal("no safe order within the quota"), [], [], [])
 
     with pytest.raises(PlanRefused, match="no safe order"):
-        steps.refresh_plan(
+        refresh_plan.refresh_plan(
             {**world.groups(checked), "plan_id": "exec-1"},
             world.plans,
             refused,
@@ -236,7 +236,10 @@ def test_a_missing_batch_is_an_invalid_plan(world: World) -> None:
             {"group_id": G1, "steps": [{"action": "revoke", "group_id": G1, "rule_ids": ["x"]}]},
             "carries no desired rules for the live guard",
         ),
-        ({"group_id": G1, "steps": [{"action": "drop", "group_id": G1}]}, "unknown step"),
+        (
+            {"group_id": G1, "steps": [{"action": "drop", "group_id": G1}]},
+            "the item for sg-.*: steps.0: Input tag 'drop' found using 'action' does not match",
+        ),
         ({"group_id": G1, "steps": []}, "steps: List should have at least 1 item"),
     ],
     ids=["other group", "no desired", "bad step", "no steps"],
@@ -515,7 +518,7 @@ def test_leftovers_after_a_clean_stop_say_the_desired_rules_hold(world: World) -
 
 def test_verify_refuses_an_unknown_mode(world: World) -> None:
     with pytest.raises(InvalidPlan, match="mode: Input should be 'visible', 'final' or"):
-        steps.verify({"mode": "later", "plan_id": "p"}, world.plans, world.rules)
+        verify_rules.verify({"mode": "later", "plan_id": "p"}, world.plans, world.rules)
 
 
 def test_the_whole_run_on_fakes_converges_and_a_second_run_changes_nothing(
@@ -544,7 +547,7 @@ def refresh_and_replan_revokes(
         live = plan_live(scope, narrow)
         return replace(live, narrowed=narrow if narrowed else None)
 
-    work = steps.refresh_plan(
+    work = refresh_plan.refresh_plan(
         world.groups(checked, plan_id=checked["plan_id"]),
         world.plans,
         replan,
@@ -554,7 +557,7 @@ def refresh_and_replan_revokes(
     )
     for batch in work["batches"]["authorize"]:  # "Authorize new rules", as the machine does
         world.apply("authorize", batch, checked, len(work["batches"]["authorize"]))
-    revokes = steps.replan_revokes(
+    revokes = refresh_plan.replan_revokes(
         world.groups(checked, plan_id=checked["plan_id"], mode="revokes"),
         world.plans,
         replan,
@@ -633,15 +636,15 @@ def test_leftovers_at_scale_are_checked_in_batches_and_reported_in_counts(world:
 def test_a_batch_whose_check_failed_is_reported_as_not_checked(world: World) -> None:
     checked, _ = many_stale(world, 45)
     plan_id = checked["plan_id"]
-    listed = steps.verify(
+    listed = verify_rules.verify(
         {"mode": "leftover_batches", "plan_id": plan_id}, world.plans, world.rules
     )
     for batch in listed["batches"][:-1]:  # the last item's check failed: no record
         event = {"mode": "leftover_batch", "batch": batch, "plan_id": plan_id}
-        steps.verify(event, world.plans, world.rules)
+        verify_rules.verify(event, world.plans, world.rules)
 
     event = {"mode": "leftovers", "plan_id": plan_id, "batches": 3, "error": None}
-    report = steps.verify(event, world.plans, world.rules)
+    report = verify_rules.verify(event, world.plans, world.rules)
 
     assert "1 of 3 batch(es) of groups could not be checked (batch 2)" in report["cause"]
     assert report["leftovers"] == 30
@@ -689,10 +692,12 @@ def locked_run(
         )
 
     event = world.groups(checked, plan_id=checked["plan_id"])
-    work = steps.refresh_plan(event, world.plans, replan, SETTLE, world.owner, world.pacing, locked)
+    work = refresh_plan.refresh_plan(
+        event, world.plans, replan, SETTLE, world.owner, world.pacing, locked
+    )
     for batch in work["batches"]["authorize"]:
         world.apply("authorize", batch, checked, len(work["batches"]["authorize"]))
-    revokes = steps.replan_revokes(
+    revokes = refresh_plan.replan_revokes(
         {**event, "mode": "revokes"}, world.plans, replan, world.pacing, locked
     )
     return asked, full, work, revokes

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from app.steps_world import LEASE, World
 from fakes import rule
-from sg_reconciler.app import steps
+from sg_reconciler.app.steps import acquire_locks, check_plan, release_locks
 from sg_reconciler.core.plan import Authorize, Plan
 from sg_reconciler.errors import ExecutionStopped, InvalidPlan, LockBusy, LockLost
 
@@ -18,7 +18,7 @@ MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:apply"
 
 
 def check(world: World, given: Any, execution: str = "exec-1") -> dict[str, Any]:
-    return steps.check_plan({"input": given, "execution": execution}, world.plans)
+    return check_plan.check_plan({"input": given, "execution": execution}, world.plans)
 
 
 # ---------------------------------------------------------------- check the plan input
@@ -60,11 +60,11 @@ def test_an_inline_plan_stores_its_groups_under_the_execution_name(world: World)
         ({"plan": PLAN.to_dict()}, "has space", "execution name 'has space'"),
         ({}, "exec-1", "give plan_ref"),
         ({"plan": {"feasible": True, "steps": []}}, "exec-1", "no steps"),
-        ({"plan": {"feasible": False}}, "exec-1", "feasible: true"),
+        ({"plan": {"feasible": False}}, "exec-1", "input.plan.feasible: Input should be True"),
         (
             {"plan": {"feasible": True, "steps": [{"action": "revoke", "group_id": G1}]}},
             "exec-1",
-            "step #0: a revoke step needs",
+            "input.plan.steps.0.revoke.rule_ids: Field required",
         ),
         ({"plan_ref": {"groups_key": "k", "groups": 0}}, "exec-1", "input.plan_ref.groups"),
         ({"plan_ref": {"groups_key": "a/b", "groups": 1}}, "exec-1", "plan_ref.groups_key"),
@@ -92,7 +92,7 @@ def test_a_bad_input_is_an_invalid_plan_before_anything_is_written(
 
 def test_a_step_input_that_is_not_an_object_names_the_input(world: World) -> None:
     with pytest.raises(InvalidPlan, match=r"^input: Input should be a valid dictionary"):
-        steps.acquire_locks(["not", "an", "object"], world.plans, world.locks, LEASE)
+        acquire_locks.acquire_locks(["not", "an", "object"], world.plans, world.locks, LEASE)
 
 
 # ---------------------------------------------------------------- lock, renew, release
@@ -101,7 +101,7 @@ def test_a_step_input_that_is_not_an_object_names_the_input(world: World) -> Non
 def locked(world: World, holder: str = "exec-1") -> dict[str, Any]:
     world.plans.put_groups("key", [G2, G1])
     event = {"groups_key": "key", "groups": 2, "holder": holder}
-    return steps.acquire_locks(event, world.plans, world.locks, LEASE)
+    return acquire_locks.acquire_locks(event, world.plans, world.locks, LEASE)
 
 
 def test_locks_are_taken_for_every_group_and_taken_again_by_their_holder(world: World) -> None:
@@ -124,7 +124,7 @@ def test_a_lock_step_of_an_execution_that_already_ended_gives_back_what_it_took(
     world: World,
 ) -> None:
     # Given the janitor already ran for exec-1 (stopped while its lock step was in flight)
-    steps.release_after_stop(status_change("ABORTED"), world.locks, MACHINE, LEASE)
+    release_locks.release_after_stop(status_change("ABORTED"), world.locks, MACHINE, LEASE)
     # When the lock step goes on, it takes the locks, sees the record and gives them back
     with pytest.raises(ExecutionStopped, match="2 lock\\(s\\) taken were given back"):
         locked(world)
@@ -155,7 +155,7 @@ def test_release_frees_only_the_holders_locks(world: World) -> None:
     world.locks.now += LEASE + 1
     world.locks.acquire([G2], "exec-2", LEASE)
 
-    released = steps.release_locks(
+    released = release_locks.release_locks(
         {"groups_key": "key", "groups": 2, "holder": "exec-1"}, world.plans, world.locks
     )
 
@@ -173,7 +173,7 @@ def test_the_janitor_frees_a_stopped_executions_locks(world: World, status: str)
     locked(world)
     world.locks.acquire(["sg-03"], "exec-2", LEASE)
 
-    answer = steps.release_after_stop(status_change(status), world.locks, MACHINE, LEASE)
+    answer = release_locks.release_after_stop(status_change(status), world.locks, MACHINE, LEASE)
 
     assert answer == {"released": 2, "execution": "exec-1"}
     assert set(world.locks.items) == {"sg-03"}
@@ -186,7 +186,9 @@ def test_the_janitor_frees_a_stopped_executions_locks(world: World, status: str)
 def test_the_janitor_ignores_other_status_changes(world: World, status: str, arn: str) -> None:
     locked(world)
 
-    answer = steps.release_after_stop(status_change(status, arn=arn), world.locks, MACHINE, LEASE)
+    answer = release_locks.release_after_stop(
+        status_change(status, arn=arn), world.locks, MACHINE, LEASE
+    )
 
     assert answer == {"released": 0, "ignored": f"{status} of {arn}"}
     assert len(world.locks.items) == 2
@@ -194,4 +196,4 @@ def test_the_janitor_ignores_other_status_changes(world: World, status: str, arn
 
 def test_the_janitor_refuses_an_event_without_a_detail(world: World) -> None:
     with pytest.raises(InvalidPlan, match="detail: Field required"):
-        steps.release_after_stop({"detail-type": "x"}, world.locks, MACHINE, LEASE)
+        release_locks.release_after_stop({"detail-type": "x"}, world.locks, MACHINE, LEASE)

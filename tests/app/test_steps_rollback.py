@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from app.steps_world import World, caught
 from fakes import rule
-from sg_reconciler.app import steps
+from sg_reconciler.app.steps import roll_back
 from sg_reconciler.core.plan import Adopt, Authorize, Plan
 from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY
 from sg_reconciler.errors import (
@@ -119,7 +119,7 @@ def steps_report(world: World, checked: dict[str, Any]) -> dict[str, Any]:
 
 
 def world_report(world: World, event: dict[str, Any]) -> dict[str, Any]:
-    return steps.roll_back(event, world.plans, world.rules, world.locks, 900)
+    return roll_back.roll_back(event, world.plans, world.rules, world.locks, 900)
 
 
 def test_a_group_whose_lock_was_lost_keeps_its_new_rules_and_the_rollback_says_so(

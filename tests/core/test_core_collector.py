@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from sg_reconciler.core.collector import paused_collector
+from sg_reconciler.collector import paused_collector
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from pydantic import ValidationError
+from sg_reconciler.app.contracts import PlanDocument
 from sg_reconciler.core.desired import LookupMiss
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.phases import split_phases
-from sg_reconciler.core.plan import Adopt, Authorize, Plan, step_from_dict, step_to_dict
+from sg_reconciler.core.plan import Adopt, Authorize, Plan, step_to_dict
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import (
@@ -16,7 +18,6 @@ from sg_reconciler.core.rules import (
     OWNER_TAG_KEY,
     Peer,
     Rule,
-    RuleError,
     RuleKey,
 )
 from sg_reconciler.core.safety import check_plan
@@ -81,10 +82,12 @@ def test_an_adopt_step_round_trips_through_the_plan_contract() -> None:
     step = Adopt("sg-nodes", "sgr-1", Rule(key(80, 80), OURS), THEIRS)
     doc = step_to_dict(step)
     assert doc["action"] == "adopt" and doc["previous_description"] == THEIRS
-    assert step_from_dict(doc) == step
+    assert PlanDocument.model_validate({"feasible": True, "steps": [doc]}).to_plan().steps == (
+        step,
+    )
     del doc["previous_description"]
-    with pytest.raises(RuleError, match="previous_description"):
-        step_from_dict(doc)
+    with pytest.raises(ValidationError, match="previous_description"):
+        PlanDocument.model_validate({"feasible": True, "steps": [doc]})
 
 
 def test_the_hand_over_is_ready_once_every_desired_rule_is_in_place_and_ours() -> None:

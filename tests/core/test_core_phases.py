@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from sg_reconciler.app.contracts import StoredPhases
 from sg_reconciler.core.phases import ADDING, Phases, split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Revoke, Step
 from sg_reconciler.core.rules import Rule, rule_from_dict
@@ -84,7 +85,7 @@ def test_an_ordered_call_after_an_authorize_waits_for_the_settle() -> None:
 
     assert [item["settle_seconds"] for item in doc["ordered"]] == [0, 0, 7, 0]
     assert all("desired" in item for item in doc["ordered"][::2])  # the guard's rules
-    assert Phases.from_dict(doc) == phases
+    assert StoredPhases.model_validate(doc).to_phases() == phases
 
 
 # ---------------------------------------------------------------- properties

@@ -15,7 +15,7 @@ from sg_reconciler.core.account import (
     tags_of,
 )
 from sg_reconciler.core.rules import Rule, rule_from_dict
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, parse_policy
+from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, PolicyDocument, parse_policy_document
 from sg_reconciler_tools.policy_draft import Draft, draft_policy
 
 VPC = "vpc-1"
@@ -93,16 +93,16 @@ def inventory(
     )
 
 
-def loads(draft: Draft) -> Policy:
+def loads(draft: Draft) -> PolicyDocument:
     """The text and the data both load, and say the same."""
-    policy = parse_policy(draft.to_yaml(), "draft")
-    assert parse_policy(json.dumps(draft.to_dict()["policy"]), "data") == policy
+    policy = parse_policy_document(draft.to_yaml(), "draft")
+    assert parse_policy_document(json.dumps(draft.to_dict()["policy"]), "data") == policy
     return policy
 
 
 def test_an_empty_account_drafts_the_default_policy() -> None:
     draft = draft_policy(Inventory())
-    assert loads(draft) == Policy()
+    assert loads(draft) == PolicyDocument()
     assert "No load balancer to bind was found" in draft.to_yaml()
 
 

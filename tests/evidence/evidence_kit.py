@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.rules import Rule
@@ -250,7 +251,7 @@ def current_policy(world: DemoWorld) -> str:
 def live_plan(world: DemoWorld) -> LivePlan:
     clients = world.runtime.clients
     policy = parse_policy(current_policy(world))
-    return compute_live_plan(clients.ec2, clients.elbv2, policy, None)
+    return compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, policy), policy, None)
 
 
 def plan_steps(world: DemoWorld) -> int:

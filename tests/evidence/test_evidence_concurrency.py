@@ -33,6 +33,7 @@ from evidence.evidence_kit import (
     monitor_for,
     plan_steps,
 )
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.scope import Scope
@@ -108,7 +109,7 @@ def test_twenty_overlapping_executions_serialize_per_group_and_converge(
     world.add_service(32700, nodes_of(world, "nodes-c", "nodes-d"))
     world.add_service(32800, nodes_of(world, "nodes-a", "nodes-b", "nodes-c", "nodes-d"))
     policy = parse_policy(world.policy)
-    full = compute_live_plan(clients.ec2, clients.elbv2, policy, None)
+    full = compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, policy), policy, None)
     assert isinstance(full.result, Plan) and set(full.result.groups) == set(groups.values())
     # And twenty plans for overlapping scopes, computed before any of them runs
     names = sorted(groups)
@@ -122,7 +123,9 @@ def test_twenty_overlapping_executions_serialize_per_group_and_converge(
     plans: list[tuple[str, dict[str, Any], set[str]]] = []
     for index, scope in enumerate(scopes):
         ids = frozenset(groups[n] for n in scope)
-        live = compute_live_plan(clients.ec2, clients.elbv2, policy, Scope(group_ids=ids))
+        live = compute_live_plan(
+            AccountInventory(clients.ec2, clients.elbv2, policy), policy, Scope(group_ids=ids)
+        )
         assert isinstance(live.result, Plan) and live.result.steps, scope
         name = f"c{index:02d}-{live.result.plan_id()}"[:80]
         payload = {"plan_id": name, "plan": live.result.to_dict()}

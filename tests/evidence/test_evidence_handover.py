@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from evidence.evidence_kit import MATRIX_ROWS, held_locks, live_plan, monitor_for, outcome_of
-from sg_reconciler.app import steps
+from sg_reconciler.app.steps import verify_rules
 from sg_reconciler.errors import NotYetVisible
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import build_world
@@ -24,7 +24,7 @@ def test_adopt_live_during_the_adopting_runs_settle_waits_for_it(
 ) -> None:
     started = time.monotonic()
     quiet_handlers()
-    real = steps.verify
+    real = verify_rules.verify
 
     def lagging(event: dict[str, Any], *rest: Any) -> dict[str, Any]:
         if event.get("mode") == "visible":
@@ -37,7 +37,7 @@ def test_adopt_live_during_the_adopting_runs_settle_waits_for_it(
             controller_rule(world, group_id, 31000, 32000)
         controller_rule(world, first_group(world), 30000, 30001)
         set_policy(world, handover_policy(world))
-        monkeypatch.setattr(steps, "verify", lagging)
+        monkeypatch.setattr(verify_rules, "verify", lagging)
         during: list[tuple[int, Any]] = []
         listening = runtime.waits.subscribe(
             lambda _s: during.append(check(world, tmp_path, capsys)) if not during else None

@@ -74,7 +74,7 @@ from evidence.evidence_kit import (
 from sg_reconciler.adapters.executions import execution_arn
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.plan import Modify, Plan
-from sg_reconciler.policy import parse_policy
+from sg_reconciler.policy import parse_policy_document
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import Fault, FaultInjector, LocalRuntime
@@ -421,7 +421,7 @@ def _move(stage: Stage, move: WorldMove, fired: list[str], name: str) -> Patch |
                 lambda: elbv2.deregister_targets(TargetGroupArn=tg, Targets=targets),
             ),
         )
-    for key in parse_policy(stage.base_policy).load_balancers.tags:
+    for key in parse_policy_document(stage.base_policy).load_balancers.tags:
         clients.elbv2.remove_tags(ResourceArns=[world.load_balancer_arn], TagKeys=[key])
     fired.append("selector tag stripped")
     return None
@@ -433,7 +433,7 @@ def _undo_move(stage: Stage, move: WorldMove) -> None:
     if move.kind == "desired grows":
         drop_service(world, stage.port + 5)
     if move.kind == "selection emptied":
-        tags = parse_policy(stage.base_policy).load_balancers.tags
+        tags = parse_policy_document(stage.base_policy).load_balancers.tags
         world.runtime.clients.elbv2.add_tags(
             ResourceArns=[world.load_balancer_arn],
             Tags=[{"Key": k, "Value": v} for k, v in tags.items()],

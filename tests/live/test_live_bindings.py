@@ -18,6 +18,7 @@ from live.clusters_world import (
     build_clusters_world,
 )
 from moto import mock_aws
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.plan import Authorize, Plan, Refusal
 from sg_reconciler.policy import parse_policy
@@ -36,7 +37,8 @@ def world() -> Iterator[tuple[Any, Any, ClustersWorld]]:
 
 
 def plan(ec2: Any, elbv2: Any, text: str) -> LivePlan:
-    return compute_live_plan(ec2, elbv2, parse_policy(text))
+    parsed = parse_policy(text)
+    return compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
 
 
 def rows(live: LivePlan, world: ClustersWorld) -> set[Row]:
@@ -117,7 +119,8 @@ def test_bindings_that_disagree_on_one_flow_refuse_the_plan_naming_both(
     assert w.groups["nodes_a"] in live.result.reason
     # A deployed run (partial) leaves that group alone, authorizes the others' rules and
     # holds every revoke until the bindings agree
-    live = compute_live_plan(ec2, elbv2, parse_policy(text), partial=True)
+    parsed = parse_policy(text)
+    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed, partial=True)
     assert isinstance(live.result, Plan)
     assert any("bindings 'a' and 'a-strict'" in r for r in live.result.refused)
     assert w.groups["nodes_a"] not in {s.group_id for s in live.result.steps}

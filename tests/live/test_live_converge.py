@@ -9,6 +9,7 @@ import boto3
 import pytest
 from live.world import EXPECTED_DEFAULT_DESIRED, World, apply_plan, assert_safe, build_world, rows
 from moto import mock_aws
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Authorize, Plan
 from sg_reconciler.core.scope import Scope
@@ -35,11 +36,15 @@ def world(aws: tuple[Any, Any]) -> World:
 def test_applying_the_plan_converges(aws: tuple[Any, Any], world: World) -> None:
     ec2, elbv2 = aws
     policy = parse_policy("")
-    apply_plan(ec2, assert_safe(compute_live_plan(ec2, elbv2, policy), policy), policy.owner)
+    apply_plan(
+        ec2,
+        assert_safe(compute_live_plan(AccountInventory(ec2, elbv2, policy), policy), policy),
+        policy.owner,
+    )
     # moto 5.2.5 drops the description of group-referencing rules on describe (EC2 keeps
     # it); without the local runtime's fix every rule would look like it needs a relabel.
     with patch_group_rule_description():
-        again = compute_live_plan(ec2, elbv2, policy)
+        again = compute_live_plan(AccountInventory(ec2, elbv2, policy), policy)
     assert isinstance(again.result, Plan) and again.result.steps == ()
     assert rows([r for r in again.current if r.owned_by(policy.owner)], world) == EXPECTED_DEFAULT
 
@@ -56,7 +61,7 @@ def test_applying_the_plan_converges(aws: tuple[Any, Any], world: World) -> None
     elbv2.register_targets(TargetGroupArn=new_tg, Targets=[{"Id": world.instances["b1"]}])
     scope = Scope(target_group_arns=frozenset({new_tg}))
     with patch_group_rule_description():
-        grown = compute_live_plan(ec2, elbv2, policy, scope)
+        grown = compute_live_plan(AccountInventory(ec2, elbv2, policy), policy, scope)
     # The groups in play are those holding rules from the target group's sources (nlb_web
     # and the shared backend group); only nodes_b changes.
     g = world.groups

@@ -15,9 +15,15 @@ import pytest
 from live.lbc_world import CLIENTS, VPC_CIDR, LbcWorld, build_lbc_world
 from sg_reconciler.adapters import aws as aws_module
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke, plan_from_dict
+from sg_reconciler.app.contracts import PlanDocument
+from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.rules import Rule, ingress_rules
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, load_policy_file, parse_policy
+from sg_reconciler.policy import (
+    LBC_SHARED_DESCRIPTION,
+    load_policy_document,
+    load_policy_file,
+    parse_policy,
+)
 from sg_reconciler_tools import cli
 
 REGION = "us-east-1"
@@ -156,6 +162,7 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     path = tmp_path / "policy.yaml"
     path.write_text(text)
     policy = load_policy_file(path)
+    document = load_policy_document(path)
     assert flows(ec2, world) == before
 
     # The same draft as data: the same policy, with the placeholder and its note.
@@ -168,7 +175,7 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     assert "# client_cidrs:" in text
 
     g = world.groups
-    bindings = {b.name: b for b in policy.bindings or []}
+    bindings = {b.name: b for b in document.bindings or []}
     assert sorted(bindings) == ["alpha", "alpha-legacy", "beta", "beta-dns", "beta-metrics"]
     for cluster in ("alpha", "beta"):
         binding = bindings[cluster]
@@ -185,12 +192,12 @@ def test_init_then_plan_converges_on_every_needed_flow_and_nothing_more(
     for name in ("beta-dns", "beta-metrics"):
         assert bindings[name].rule_source.kind == "load_balancer_addresses"
         assert bindings[name].rule_source.client_cidrs is None
-    assert policy.adopt_descriptions == [LBC_SHARED_DESCRIPTION]
+    assert policy.adopt_descriptions == (LBC_SHARED_DESCRIPTION,)
 
     # When plan --live runs with it and its plan is applied.
     code, out, err = run(capsys, "plan", "--live", "--policy", str(path), "--output", "json")
     assert (code, err) == (0, ""), out
-    plan = plan_from_dict(json.loads(out))
+    plan = PlanDocument.model_validate(json.loads(out)).to_plan()
     adopted = {s.rule_id for s in plan.steps if isinstance(s, Adopt)}
     assert adopted == {
         world.controller_rules[k]

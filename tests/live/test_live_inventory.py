@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from live.world import MANAGED, POD_IPS, World, build_world
 from sg_reconciler.adapters import inventory as inventory_module
-from sg_reconciler.adapters.inventory import read_inventory, split_on_missing
+from sg_reconciler.adapters.inventory import AccountInventory, read_inventory, split_on_missing
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.policy import parse_policy
@@ -90,7 +90,8 @@ def test_a_group_deleted_mid_read_is_dropped_not_a_crash(
     ec2.meta.events.register(
         "after-call.ec2.DescribeSecurityGroupRules", delete_after_its_rules_were_read
     )
-    live = compute_live_plan(ec2, elbv2, parse_policy(""))
+    parsed = parse_policy("")
+    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
     assert isinstance(live.result, Plan)
     assert doomed not in live.groups
     assert all(r.group_id != doomed for r in live.desired + live.current)
@@ -103,7 +104,7 @@ def test_a_missing_named_group_is_dropped(aws: tuple[Any, Any], world: World) ->
     ec2, elbv2 = aws
     named = f"[{world.groups['nodes_b']}, sg-0000000000000dead]"
     policy = parse_policy(f"destination: {{kind: named_groups, group_ids: {named}}}")
-    live = compute_live_plan(ec2, elbv2, policy)
+    live = compute_live_plan(AccountInventory(ec2, elbv2, policy), policy)
     assert {r.group_id for r in live.desired} == {world.groups["nodes_b"]}
     assert any("sg-0000000000000dead" in note for note in live.notes)
 

@@ -15,6 +15,7 @@ import boto3
 import pytest
 from live.world import POD_IPS, World, build_world
 from moto import mock_aws
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
@@ -34,7 +35,7 @@ def aws() -> Iterator[tuple[Any, Any]]:
 
 def converge(ec2: Any, elbv2: Any) -> None:
     policy = parse_policy("")
-    plan = compute_live_plan(ec2, elbv2, policy).result
+    plan = compute_live_plan(AccountInventory(ec2, elbv2, policy), policy).result
     assert isinstance(plan, Plan)
     rules = SecurityGroupRules(ec2)
     for step in plan.steps:
@@ -56,7 +57,8 @@ def test_pods_whose_interfaces_are_not_found_keep_their_rules(aws: tuple[Any, An
     # When both pod interfaces can no longer be found (the targets stay registered)
     for eni in world.pod_enis:
         ec2.delete_network_interface(NetworkInterfaceId=eni)
-    live = compute_live_plan(ec2, elbv2, parse_policy(""))
+    parsed = parse_policy("")
+    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
     # Then nothing of `pods` is revoked (before: its dns rules were revoked as stale), and
     # the plan says which targets were not found and how to release it if that is wanted
     assert isinstance(live.result, Plan)

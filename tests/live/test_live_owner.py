@@ -14,12 +14,14 @@ CLAIM = "/sg-reconciler/owners/prod"
 
 
 def test_a_policy_naming_another_owner_is_refused_with_one_line() -> None:
-    policy = parse_policy("owner: staging")
     with pytest.raises(PolicyError, match="owner 'staging' is not this deployment's owner 'prod'"):
-        policy.for_owner("prod")
+        parse_policy("owner: staging", owner="prod")
     # a policy without owner takes the stack's; one that agrees is fine
-    assert parse_policy("{}").for_owner("prod").owner == "prod"
-    assert parse_policy("owner: prod").for_owner("prod").owner == "prod"
+    assert parse_policy("{}", owner="prod").owner == "prod"
+    assert parse_policy("owner: prod", owner="prod").owner == "prod"
+    # static rules then describe themselves with the stack's owner
+    static = "static_rules: [{group_id: sg-0123456789abcdef0, from_port: 1, to_port: 2, cidr_ipv4: 10.0.0.0/8}]"
+    assert parse_policy(static, owner="prod").static_rules[0].description == "prod: static rule"
 
 
 def test_a_quota_override_above_the_accounts_quota_is_refused() -> None:

@@ -13,7 +13,7 @@ from sg_reconciler.adapters.policy_store import load_policy_from_ssm
 from sg_reconciler.core.rules import DEFAULT_OWNER, Peer
 from sg_reconciler.policy import (
     Binding,
-    Policy,
+    PolicyDocument,
     PolicyError,
     load_policy_file,
     parse_policy,
@@ -35,15 +35,16 @@ def test_an_empty_document_is_all_defaults() -> None:
     assert policy.owner == DEFAULT_OWNER
     assert policy.quota is None and policy.quota_headroom == 0 and policy.rule_limit == 60
     assert policy.rule_quota(None) == 60 and policy.rule_quota(200) == 200
-    assert policy.rule_budget == 3
-    assert policy.load_balancers.tags == {"sg-reconciler/managed": "true"}
-    assert policy.rule_source.kind == "load_balancer_groups"
-    assert policy.destination.kind == "target_enis"
-    assert policy.static_rules == []
+    (binding,) = policy.bindings
+    assert binding.name == "default" and binding.rule_budget == 3
+    assert binding.load_balancer_tags == (("sg-reconciler/managed", "true"),)
+    assert binding.source == "load_balancer_groups"
+    assert binding.destination == "target_enis"
+    assert policy.static_rules == ()
 
 
 def test_every_field_has_a_description() -> None:
-    models: list[type[BaseModel]] = [Policy, Binding]
+    models: list[type[BaseModel]] = [PolicyDocument, Binding]
     seen: set[type[BaseModel]] = set()
     while models:
         model = models.pop()
@@ -62,8 +63,9 @@ def test_every_field_has_a_description() -> None:
 
 def test_the_commented_example_loads() -> None:
     policy = load_policy_file(EXAMPLE)
-    assert policy.rule_source.group_id == "sg-0123456789abcdef0"
-    assert policy.destination.tag_key == "kubernetes.io/cluster/prod"
+    (binding,) = policy.bindings
+    assert binding.backend_group == "sg-0123456789abcdef0"
+    assert binding.tag_key == "kubernetes.io/cluster/prod"
     assert policy.rule_limit == 55
     settings = policy.desired_settings()
     assert [r.key.peer for r in settings.static_rules] == [
@@ -75,7 +77,7 @@ def test_the_commented_example_loads() -> None:
 
 def test_json_is_accepted() -> None:
     policy = parse_policy(json.dumps({"owner": "team-a", "rule_budget": 1}))
-    assert policy.owner == "team-a" and policy.rule_budget == 1
+    assert policy.owner == "team-a" and policy.bindings[0].rule_budget == 1
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import boto3
 import pytest
 from live.world import CLUSTER_TAG, EXPECTED_DEFAULT_DESIRED, World, assert_safe, build_world, rows
 from moto import mock_aws
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.core.plan import Plan, Revoke
 from sg_reconciler.core.scope import Scope
@@ -40,7 +41,7 @@ def world(aws: tuple[Any, Any]) -> World:
 def test_desired_rules_and_a_make_before_break_plan(aws: tuple[Any, Any], world: World) -> None:
     ec2, elbv2 = aws
     policy = parse_policy("")
-    live = compute_live_plan(ec2, elbv2, policy)
+    live = compute_live_plan(AccountInventory(ec2, elbv2, policy), policy)
     assert rows(live.desired, world) == EXPECTED_DEFAULT
     g = world.groups
     assert live.groups == sorted(
@@ -60,7 +61,7 @@ def test_desired_rules_and_a_make_before_break_plan(aws: tuple[Any, Any], world:
 def test_backend_group_and_tagged_destination(aws: tuple[Any, Any], world: World) -> None:
     ec2, elbv2 = aws
     policy = parse_policy(BACKEND_TAGGED % world.groups["backend"])
-    live = compute_live_plan(ec2, elbv2, policy)
+    live = compute_live_plan(AccountInventory(ec2, elbv2, policy), policy)
     assert rows(live.desired, world) == {
         ("nodes_a", "tcp", 31080, 31081, "backend"),
         ("nodes_a", "tcp", 31443, 31443, "backend"),
@@ -77,21 +78,23 @@ def test_scope_restricts_the_plan(aws: tuple[Any, Any], world: World) -> None:
     ec2, elbv2 = aws
     policy = parse_policy("")
     g = world.groups
-    only_b = compute_live_plan(ec2, elbv2, policy, Scope(group_ids=frozenset({g["nodes_b"]})))
+    only_b = compute_live_plan(
+        AccountInventory(ec2, elbv2, policy), policy, Scope(group_ids=frozenset({g["nodes_b"]}))
+    )
     assert only_b.groups == [g["nodes_b"]]
     assert {r.group_id for r in only_b.desired + only_b.current} == {g["nodes_b"]}
     assert_safe(only_b, policy)
     gone = Scope(load_balancer_arns=frozenset({world.load_balancers["web"] + "-deleted"}))
     assert (
-        compute_live_plan(ec2, elbv2, policy, gone).groups
-        == compute_live_plan(ec2, elbv2, policy, None).groups
+        compute_live_plan(AccountInventory(ec2, elbv2, policy), policy, gone).groups
+        == compute_live_plan(AccountInventory(ec2, elbv2, policy), policy, None).groups
     )  # an unknown load balancer widens to a full pass
 
 
 def test_a_refusal_when_the_quota_has_no_room(aws: tuple[Any, Any], world: World) -> None:
     ec2, elbv2 = aws
     policy = parse_policy("quota: 3")
-    live = compute_live_plan(ec2, elbv2, policy)
+    live = compute_live_plan(AccountInventory(ec2, elbv2, policy), policy)
     assert not isinstance(live.result, Plan)
     assert "quota" in live.result.reason
     assert live.to_dict()["feasible"] is False

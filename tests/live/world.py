@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from sg_reconciler.app.live_plan import LivePlan, Rule, rule_to_dict
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.planner import Limits
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import DEFAULT_OWNER, OWNER_TAG_KEY
 from sg_reconciler.core.safety import check_plan
-from sg_reconciler.policy import Policy
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client

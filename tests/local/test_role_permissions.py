@@ -43,7 +43,7 @@ import botocore.client
 import pytest
 from botocore.exceptions import ClientError
 from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, parse_policy
+from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, parse_policy, parse_policy_document
 from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import (
     TEMPLATE,
@@ -441,7 +441,7 @@ def brake_held_then_released(world: DemoWorld) -> None:
     """The load balancer loses its selector tags: the brake holds the revokes, an operator
     releases them (the CLI, not a function), the next run reads the release and revokes."""
     elbv2 = world.runtime.clients.elbv2
-    for key in parse_policy(world.policy).load_balancers.tags:
+    for key in parse_policy_document(world.policy).load_balancers.tags:
         elbv2.remove_tags(ResourceArns=[world.load_balancer_arn], TagKeys=[key])
     reconcile(world)
     held = [k for k in lock_keys(world) if k.startswith("brake-held#")]

@@ -26,14 +26,16 @@ from event_samples import ACCOUNT_ID, REGION, load_event
 from live.world import World, build_world
 from moto.elbv2.models import elbv2_backends
 from sg_reconciler.adapters.deployment import WINDOW_PREFIX
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
-from sg_reconciler.app.steps import stored_phases
+from sg_reconciler.app.steps.common import stored_phases
 from sg_reconciler.core.plan import Authorize, Modify, Plan, Revoke, Step, step_to_dict
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import Rule
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy, parse_policy
+from sg_reconciler.policy import parse_policy
 from sg_reconciler.trigger.classify import Relevant, parse_record
 from sg_reconciler_tools.local import LocalRuntime, moto_hooks
 
@@ -153,7 +155,9 @@ class Planner:
         return Scope.merge(p.scope for p in parsed if isinstance(p, Relevant))
 
     def plan(self, scope: Scope | None = None) -> LivePlan:
-        return compute_live_plan(self.ec2, self.elbv2, self.policy, scope)
+        return compute_live_plan(
+            AccountInventory(self.ec2, self.elbv2, self.policy), self.policy, scope
+        )
 
     def steps(self, scope: Scope | None = None) -> tuple[Step, ...]:
         result = self.plan(scope).result

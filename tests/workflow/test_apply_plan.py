@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.adapters.pacing import Pacer
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.app.plan_batch import execution_name
@@ -28,7 +29,8 @@ TIMEOUT = 60.0
 
 def live_plan(world: DemoWorld) -> LivePlan:
     clients = world.runtime.clients
-    return compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None)
+    parsed = parse_policy(world.policy)
+    return compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None)
 
 
 def grow(world: DemoWorld) -> LivePlan:
@@ -294,7 +296,7 @@ def test_an_input_that_is_not_a_plan_fails_before_any_lock_or_write(world: DemoW
     }
     described = runtime.wait_for(runtime.start_execution(MACHINE, bad, "bad-input"), TIMEOUT)
     assert described["status"] == "FAILED" and described["error"] == "InvalidPlan"
-    assert "rule ids" in described["cause"]
+    assert "input.plan.steps.0.revoke.rule_ids: Input should be a valid list" in described["cause"]
     assert states(world, described["executionArn"]) == [
         "Check the plan input",
         "Reject the invalid input",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from sg_reconciler.core.plan import Modify, Plan
-from sg_reconciler.policy import parse_policy
+from sg_reconciler.policy import parse_policy, parse_policy_document
 from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import reconcile
 from sg_reconciler_tools.demo.world import DemoWorld
@@ -134,7 +134,7 @@ def test_an_empty_desired_state_is_held_by_the_brake_until_an_operator_releases_
     # tags it does not know): the policy now selects nothing
     clients = world.runtime.clients
     owned_before = sorted(ranges(world))
-    for key in parse_policy(world.policy).load_balancers.tags:
+    for key in parse_policy_document(world.policy).load_balancers.tags:
         clients.elbv2.remove_tags(ResourceArns=[world.load_balancer_arn], TagKeys=[key])
     # When the scheduled run plans it (the planner Lambda, then any execution)
     described = reconcile(world)

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sg_reconciler.app import steps
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
+from sg_reconciler.app.steps import verify_rules
 from sg_reconciler.core.plan import Modify, Plan, Revoke
 from sg_reconciler.errors import NotYetVisible
 from sg_reconciler.policy import parse_policy
@@ -47,7 +48,8 @@ def stage(runtime: LocalRuntime, **policy: Any) -> tuple[DemoWorld, str]:
 
 def plan(world: DemoWorld, policy: str) -> LivePlan:
     clients = world.runtime.clients
-    live = compute_live_plan(clients.ec2, clients.elbv2, parse_policy(policy), None)
+    parsed = parse_policy(policy)
+    live = compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None)
     assert isinstance(live.result, Plan) and live.result.steps
     return live
 
@@ -74,14 +76,14 @@ def test_a_verify_failure_in_a_quota_bound_plan_rolls_back_before_any_revoke(
 ) -> None:
     world, live = quota_bound(runtime)
     before = {(r.key, r.rule_id) for r in world.node_rules()}
-    real = steps.verify
+    real = verify_rules.verify
 
     def lagging(event: dict[str, Any], rules: Any) -> dict[str, Any]:
         if event.get("mode") == "visible":
             raise NotYetVisible("describe still lags")
         return real(event, rules)
 
-    monkeypatch.setattr(steps, "verify", lagging)
+    monkeypatch.setattr(verify_rules, "verify", lagging)
     with InvariantMonitor(
         runtime.clients.ec2, world.node_groups.values(), None, live.desired
     ) as watch:
@@ -113,7 +115,10 @@ def plan_steps(world: DemoWorld) -> int:
     policy = clients.ssm.get_parameter(Name=world.runtime.ref("PolicyParameter"))["Parameter"][
         "Value"
     ]
-    result = compute_live_plan(clients.ec2, clients.elbv2, parse_policy(policy), None).result
+    parsed = parse_policy(policy)
+    result = compute_live_plan(
+        AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None
+    ).result
     return len(result.steps) if isinstance(result, Plan) else -1
 
 

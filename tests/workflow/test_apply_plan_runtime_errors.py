@@ -14,9 +14,10 @@ import time
 from typing import Any
 
 import pytest
-from sg_reconciler.app import steps
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import compute_live_plan
 from sg_reconciler.app.plan_batch import execution_name
+from sg_reconciler.app.steps import refresh_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.demo.world import DemoWorld
@@ -52,15 +53,16 @@ def test_a_runtime_error_ends_the_execution_at_its_state_and_the_janitor_frees_t
     # state's ResultSelector reads ($.Payload.revoke): a States.Runtime error at that state
     world.add_service(32500)
     clients = runtime.clients
-    live = compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None)
+    parsed = parse_policy(world.policy)
+    live = compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None)
     assert isinstance(live.result, Plan) and live.result.steps
-    real = steps.replan_revokes
+    real = refresh_plan.replan_revokes
 
     def without_revoke(*args: Any, **kwargs: Any) -> dict[str, Any]:
         answer = real(*args, **kwargs)
         return {key: value for key, value in answer.items() if key != "revoke"}
 
-    monkeypatch.setattr(steps, "replan_revokes", without_revoke)
+    monkeypatch.setattr(refresh_plan, "replan_revokes", without_revoke)
     name = execution_name(live.result, time.time())
     before = len(runtime.invocations)
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sg_reconciler.app import steps
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import compute_live_plan
+from sg_reconciler.app.steps import verify_rules
 from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, Rule
 from sg_reconciler.errors import NotYetVisible
 from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, parse_policy
@@ -121,8 +122,9 @@ def test_the_lbcs_rules_are_adopted_in_place_and_the_rest_authorized_first(
     assert [(r["FromPort"], r["ToPort"]) for r in report["left_to_owner"]] == [(30000, 30001)]
     # When the scheduled run plans and executes it, with every state between calls watched
     clients = world.runtime.clients
+    parsed = parse_policy(handover_policy(world))
     desired = compute_live_plan(
-        clients.ec2, clients.elbv2, parse_policy(handover_policy(world))
+        AccountInventory(clients.ec2, clients.elbv2, parsed), parsed
     ).desired
     with InvariantMonitor(clients.ec2, world.node_groups.values(), None, desired) as watch:
         described = reconcile(world)
@@ -183,18 +185,19 @@ def test_adopt_live_is_not_ready_while_the_adopting_run_could_still_hand_the_rul
     world = lbc_world
     set_policy(world, handover_policy(world))
     before = rules_by_id(world)
-    real = steps.verify
+    real = verify_rules.verify
 
     def lagging(event: dict[str, Any], *rest: Any) -> dict[str, Any]:
         if event.get("mode") == "visible":
             raise NotYetVisible("describe still lags")
         return real(event, *rest)
 
-    monkeypatch.setattr(steps, "verify", lagging)
+    monkeypatch.setattr(verify_rules, "verify", lagging)
     during: list[tuple[int, Any]] = []
     clients = world.runtime.clients
+    parsed = parse_policy(handover_policy(world))
     desired = compute_live_plan(
-        clients.ec2, clients.elbv2, parse_policy(handover_policy(world))
+        AccountInventory(clients.ec2, clients.elbv2, parsed), parsed
     ).desired
     # When the operator checks during the settle, the rules adopted and the kubelet rule in
     with (

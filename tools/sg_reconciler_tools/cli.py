@@ -26,10 +26,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sg_reconciler.adapters.aws import Clients, make_clients
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
 from sg_reconciler.adapters.executions import in_flight_hand_backs
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
+from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import Limits, make_plan
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
@@ -39,7 +42,7 @@ from sg_reconciler.core.rules import (
     RuleError,
 )
 from sg_reconciler.errors import ReconcilerError
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy, PolicyError, load_policy_file
+from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, PolicyError, load_policy_file
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
 from sg_reconciler_tools.policy_draft import draft_policy, read_account
@@ -359,7 +362,9 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def _read_live(args: argparse.Namespace, policy: Policy | None = None) -> LivePlan:
     policy = policy or load_policy_file(args.policy)
-    return _reading(args, lambda c: compute_live_plan(c.ec2, c.elbv2, policy))
+    return _reading(
+        args, lambda c: compute_live_plan(AccountInventory(c.ec2, c.elbv2, policy), policy)
+    )
 
 
 @contextmanager
@@ -565,7 +570,8 @@ def run_plan(args: argparse.Namespace) -> int:
     desired = load_desired(args.desired)
     limits = _offline_limits(args, [*current, *desired])
     try:
-        result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
+        with paused_collector():
+            result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
     except RuleError as err:
         raise InputError(str(err)) from None
     if args.output == "json":

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sg_reconciler.core.collector import paused_collector
+from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.rules import Rule, RuleError, ingress_rules, is_egress, label
 
 

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from sg_reconciler.adapters.inventory import read_inventory
 from sg_reconciler.core.account import Inventory, LoadBalancer, TargetGroup
 from sg_reconciler.core.desired import CLUSTER_TAG_PREFIX, TRAFFIC_PROTOCOLS, preserves_client_ip
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Rule
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, Policy
+from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, PolicyDocument
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -169,7 +170,7 @@ def survey_policy() -> Policy:
     """A policy that makes the live reader read every load balancer as an address binding
     would (subnets, VPCs, client IP preservation) and every target's interface groups and
     their rules. It is only read with, never planned with."""
-    return Policy.model_validate(
+    return PolicyDocument.model_validate(
         {
             "bindings": [
                 {
@@ -179,7 +180,7 @@ def survey_policy() -> Policy:
                 }
             ]
         }
-    )
+    ).to_policy()
 
 
 def read_account(ec2: EC2Client, elbv2: ElasticLoadBalancingv2Client) -> Inventory:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sg_reconciler.policy import Policy, PolicyError, load_policy_file
+from sg_reconciler.policy import PolicyDocument, PolicyError, load_policy_document
 
 from sg_reconciler_tools.local.stack import (
     content_key,
@@ -159,11 +159,11 @@ def build_release(
     return Release(written, artifacts, bucket, overrides)
 
 
-def _checked_policy(file: Path) -> tuple[str, Policy]:
+def _checked_policy(file: Path) -> tuple[str, PolicyDocument]:
     """The policy's text and its loaded value; a policy the planner would refuse is an error
     here, before any account sees it."""
     try:
-        loaded = load_policy_file(file)
+        loaded = load_policy_document(file)
         text = file.read_text(encoding="utf-8")
     except (OSError, PolicyError) as err:
         raise ReleaseError(f"{file}: {err}") from None

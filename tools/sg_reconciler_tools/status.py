@@ -80,7 +80,7 @@ def read_stack_status(clients: Clients, stack: str, executions: int) -> StackSta
     status.held = [f"{h.fingerprint}: {h.reason}" for h in brake.held()]
     text = clients.ssm.get_parameter(Name=outputs["PolicyParameterName"])["Parameter"]["Value"]
     try:
-        status.bindings = [name for name, _ in parse_policy(text, "policy").in_effect()]
+        status.bindings = [b.name for b in parse_policy(text, "policy").bindings]
     except PolicyError as err:
         status.policy_error = str(err)
     return status

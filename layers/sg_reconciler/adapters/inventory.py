@@ -43,10 +43,10 @@ from sg_reconciler.core.account import (
 )
 from sg_reconciler.core.desired import ALWAYS_PRESERVED
 from sg_reconciler.core.narrow import Narrowing, admitting, narrow, narrowable
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.quota import PrefixListSize
 from sg_reconciler.core.rules import OWNER_TAG_KEY, Peer, Rule, RuleError, ingress_rules
-from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy
+from sg_reconciler.core.scope import Locked, Scope
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -635,15 +635,6 @@ class _Reader:
         )
 
 
-@dataclass(frozen=True)
-class Locked:
-    """What the steps under the locks read: the locked groups' rules, and the target groups
-    whose load balancer admits one of `peers` (the peers of the rules the plan revokes)."""
-
-    groups: frozenset[str]
-    peers: frozenset[Peer]
-
-
 def read_locked(
     ec2: EC2Client,
     elbv2: ElasticLoadBalancingv2Client,
@@ -682,3 +673,20 @@ def read_inventory(
     """Everything the desired state of `policy` depends on, plus the rules of the groups in
     play; with an event's `scope`, only its peer closure when it has one (core/narrow.py)."""
     return _Reader(ec2, elbv2, policy, quotas, scope).read()
+
+
+@dataclass(frozen=True)
+class AccountInventory:
+    """The InventoryReader port (core/ports.py) on the account: the deployment's clients and
+    policy, bound once (wiring.py), so the use cases ask only what to read."""
+
+    ec2: EC2Client
+    elbv2: ElasticLoadBalancingv2Client
+    policy: Policy
+    quotas: Any = None  # a Service Quotas client: the account's rule quota; None: the default
+
+    def read(self, narrow: Scope | None = None) -> Inventory:
+        return read_inventory(self.ec2, self.elbv2, self.policy, self.quotas, narrow)
+
+    def read_locked(self, locked: Locked) -> Inventory:
+        return read_locked(self.ec2, self.elbv2, self.policy, locked, self.quotas)

@@ -16,13 +16,23 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sg_reconciler.adapters.aws import typed_aws_errors
-from sg_reconciler.core.ports import stored_groups
 from sg_reconciler.errors import InvalidPlan
 
 KEEP_SECONDS = 7 * 86_400  # a plan outlives its execution (at most a day) by a week
 GROUPS_PER_PART = 2_000
 PHASES = ("authorize", "ordered", "revoke")
 Batch = list[dict[str, Any]]
+
+
+def stored_groups(plan: str, ids: list[str], expected: int | None) -> list[str]:
+    """A plan's group ids as a PlanStorage read them: all `expected` of them, or InvalidPlan."""
+    if not ids or (expected is not None and len(ids) != expected):
+        raise InvalidPlan(
+            f"the plan store holds {len(ids)} group(s) for {plan}"
+            + ("" if expected is None else f", not the {expected} the execution expects")
+            + ": it expired or was never written"
+        )
+    return ids
 
 
 class PlanStore:

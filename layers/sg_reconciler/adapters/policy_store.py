@@ -6,14 +6,16 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sg_reconciler.policy import Policy, PolicyError, parse_policy
+from sg_reconciler.core.policy import Policy, PolicyError
+from sg_reconciler.policy import parse_policy
 
 if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
 
 
-def load_policy_from_ssm(ssm: SSMClient, name: str) -> Policy:
-    """Read the policy from an SSM parameter (String or SecureString)."""
+def load_policy_from_ssm(ssm: SSMClient, name: str, owner: str | None = None) -> Policy:
+    """Read the policy from an SSM parameter (String or SecureString); `owner`: see
+    `parse_policy`."""
     try:
         response = ssm.get_parameter(Name=name, WithDecryption=True)
     except ClientError as err:
@@ -21,4 +23,4 @@ def load_policy_from_ssm(ssm: SSMClient, name: str) -> Policy:
         raise PolicyError(f"SSM parameter {name}: {code}") from None
     except BotoCoreError as err:
         raise PolicyError(f"SSM parameter {name}: {err}") from None
-    return parse_policy(response["Parameter"].get("Value", ""), f"SSM parameter {name}")
+    return parse_policy(response["Parameter"].get("Value", ""), f"SSM parameter {name}", owner)

@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 
 from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.adapters.pacing import Pacer
+from sg_reconciler.adapters.rule_checks import adopt_calls, modify_needed, modify_target, revocable
+from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.plan import Adopt
-from sg_reconciler.core.rule_checks import adopt_calls, modify_needed, modify_target, revocable
 from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
     ADOPTED_DESCRIPTION_TAG_KEY,
@@ -105,7 +106,8 @@ class SecurityGroupRules:
                 Filters=filters
             ):
                 docs.extend(page.get("SecurityGroupRules", []))
-        return ingress_rules(docs, "described")
+        with paused_collector():
+            return ingress_rules(docs, "described")
 
     def describe(self, group_ids: Sequence[str]) -> list[Rule]:
         """All ingress rules of the groups (batched by filter, paginated)."""

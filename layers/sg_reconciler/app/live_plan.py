@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from sg_reconciler.adapters.inventory import Locked, read_inventory, read_locked
 from sg_reconciler.app.planned import Planned
+from sg_reconciler.collector import paused_collector
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import (
     BrakeFacts,
@@ -34,17 +34,13 @@ from sg_reconciler.core.desired import (
 from sg_reconciler.core.narrow import leaves_room, stands
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import defer_revokes, make_plan
+from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.ports import InventoryReader, RevocationWindow
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import Peer, Rule, rule_to_dict
-from sg_reconciler.core.scope import Scope
-from sg_reconciler.policy import Policy
+from sg_reconciler.core.scope import Locked, Scope
 
 Released = Callable[[str], bool]  # whether an operator released the brake for a fingerprint
-
-if TYPE_CHECKING:
-    from mypy_boto3_ec2 import EC2Client
-    from mypy_boto3_elbv2 import ElasticLoadBalancingv2Client
 
 
 @dataclass(frozen=True)
@@ -80,6 +76,7 @@ class LivePlan:
         return doc
 
 
+@paused_collector()
 def plan_from_inventory(
     inventory: Inventory,
     policy: Policy,
@@ -263,17 +260,15 @@ def _unreached(inventory: Inventory, policy: Policy, state: DesiredState) -> lis
     )
 
 
+@paused_collector()
 def compute_live_plan(
-    ec2: EC2Client,
-    elbv2: ElasticLoadBalancingv2Client,
+    reader: InventoryReader,
     policy: Policy,
     scope: Scope | None = None,
     *,
     narrow: Scope | None = None,
     partial: bool = False,
-    quotas: Any = None,
     released: Released | None = None,
-    read: InventoryReader = read_inventory,
     window: RevocationWindow | None = None,
 ) -> LivePlan:
     """Read, derive and plan; `scope` None or full plans every group the policy covers.
@@ -281,11 +276,10 @@ def compute_live_plan(
     `narrow` (an event's scope) first reads only its peer closure; that plan is returned
     when it stands (core/narrow.py: it only authorizes, within `scope`'s groups if it names
     any) and leaves room to replace our rules it did not judge, else the account is read in
-    full. `quotas` (a Service Quotas client) reads the
-    account's rule quota; without it the AWS default applies unless the policy sets one.
-    `read` reads the account (a fake in tests); `window` is the brake's memory, used by a
-    full read only (an event's read does not see every owned rule)."""
-    inventory = read(ec2, elbv2, policy, quotas, narrow)
+    full. `reader` reads the account (adapters/inventory.py, a fake in tests); `window` is
+    the brake's memory, used by a full read only (an event's read does not see every owned
+    rule)."""
+    inventory = reader.read(narrow)
     peers = inventory.narrowed_to
     if peers is not None and narrow is not None:
         live = plan_from_inventory(inventory, policy, narrow, partial=partial, released=released)
@@ -300,7 +294,7 @@ def compute_live_plan(
             )
         ):
             return replace(live, narrowed=narrow)
-        inventory = read(ec2, elbv2, policy, quotas)  # the full read decides
+        inventory = reader.read()  # the full read decides
     return plan_from_inventory(
         inventory, policy, scope, partial=partial, released=released, window=window
     )
@@ -313,26 +307,14 @@ class Replan(Protocol):
     def __call__(self, scope: Scope, narrow: Scope | None = None) -> LivePlan: ...
 
 
-class LockedReader(Protocol):
-    """Read the locked groups' rules and the closure of some peers (adapters/inventory.py
-    `read_locked`; a fake in tests)."""
-
-    def __call__(
-        self, ec2: Any, elbv2: Any, policy: Policy, locked: Locked, quotas: Any = None
-    ) -> Inventory: ...
-
-
+@paused_collector()
 def compute_locked_plan(
-    ec2: EC2Client,
-    elbv2: ElasticLoadBalancingv2Client,
+    reader: InventoryReader,
     policy: Policy,
     groups: Collection[str],
     planned: Planned,
     *,
-    quotas: Any = None,
     released: Released | None = None,
-    read: LockedReader = read_locked,
-    read_all: InventoryReader = read_inventory,
 ) -> LivePlan:
     """The plan under the locks from the locked groups' rules and the plan's closure only
     (docs/architecture.md, "Reads"), never the account.
@@ -346,7 +328,7 @@ def compute_locked_plan(
     would, so a rule their traffic still needs stays. Address sources (no group closure)
     read the account, as before."""
     wanted = frozenset(groups)
-    first = read(ec2, elbv2, policy, Locked(wanted, frozenset()), quotas)
+    first = reader.read_locked(Locked(wanted, frozenset()))
     net = _locked_raw(first, policy, wanted, planned).net_removals(policy.owner)
     if not net or any(r.rule_id not in planned.stale for r in net):
         # Nothing goes, or what goes was not planned: held without a read (plan_locked).
@@ -356,11 +338,11 @@ def compute_locked_plan(
     if any(p.kind != "group" for p in peers) or any(
         b.source == "load_balancer_addresses" for b in bindings
     ):
-        inventory = read_all(ec2, elbv2, policy, quotas)
+        inventory = reader.read()
         return plan_from_inventory(
             inventory, policy, Scope(group_ids=wanted), partial=True, released=released
         )
-    closure = read(ec2, elbv2, policy, Locked(wanted, peers), quotas)
+    closure = reader.read_locked(Locked(wanted, peers))
     return plan_locked(closure, policy, wanted, planned, released=released)
 
 
@@ -408,6 +390,7 @@ def _locked_raw(
     return _LockedRaw(result, current, desired, state, present)
 
 
+@paused_collector()
 def plan_locked(
     inventory: Inventory,
     policy: Policy,

@@ -12,16 +12,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sg_reconciler.app.contracts import ExecutionInput, PlanRef, Trigger
-from sg_reconciler.app.live_plan import Replan
-from sg_reconciler.app.planned import planned_by, put_planned
-from sg_reconciler.app.scope_store import put_scope
-from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke
-from sg_reconciler.core.ports import ExecutionStarter, PlanStorage
 from sg_reconciler.core.scope import Scope
-from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
-from sg_reconciler.trigger.cloudtrail import SCHEDULED_DETAIL_TYPE
+from sg_reconciler.trigger.classify import SCHEDULED_DETAIL_TYPE, Ignored, Parsed, Relevant
+
+if TYPE_CHECKING:
+    from sg_reconciler.app.live_plan import Replan
+    from sg_reconciler.core.plan import Plan
+    from sg_reconciler.core.ports import ExecutionStarter, PlanStorage
 
 EXECUTION_NAME_BUCKET_SECONDS = 600
 
@@ -79,6 +78,8 @@ def plan_batch(
     if not relevant:
         return result
     scope = Scope.merge(p.scope for _, p in relevant)
+    from sg_reconciler.core.plan import Authorize, Refusal, Revoke  # a batch that plans
+
     try:
         live = replan(scope, scope)
         plan = live.result
@@ -97,6 +98,12 @@ def plan_batch(
         if not plan.steps:
             result.outcome = "unchanged"
             return result
+        # Only a batch that starts an execution loads these (cold start: an ignored event,
+        # the most frequent, needs none of them).
+        from sg_reconciler.app.contracts import ExecutionInput, PlanRef, Trigger
+        from sg_reconciler.app.planned import planned_by, put_planned
+        from sg_reconciler.app.scope_store import put_scope
+
         name = execution_name(plan, now)
         key = plan.plan_id()
         put_scope(store, key, live.narrowed)

@@ -28,10 +28,9 @@ from sg_reconciler.core.plan import (
     Modify,
     Revoke,
     Step,
-    step_from_dict,
     step_to_dict,
 )
-from sg_reconciler.core.rules import Rule, RuleError, rule_to_dict
+from sg_reconciler.core.rules import Rule, rule_to_dict
 
 Items = tuple[tuple[str, tuple[Step, ...]], ...]  # (group, its calls in order)
 
@@ -83,27 +82,6 @@ class Phases:
             "ordered": ordered,
             "revoke": items(self.revoke),
         }
-
-    @classmethod
-    def from_dict(cls, doc: object) -> Phases:
-        """Parse the phases the refresh step wrote; RuleError names what is wrong."""
-        if not isinstance(doc, dict):
-            raise RuleError("phases must be an object")
-
-        def items(name: str) -> Items:
-            raw = doc.get(name)
-            if not isinstance(raw, list):
-                raise RuleError(f"phases.{name} must be a list")
-            parsed = []
-            for index, item in enumerate(raw):
-                if not isinstance(item, dict) or not isinstance(item.get("steps"), list):
-                    raise RuleError(f"phases.{name}[{index}] needs a steps list")
-                steps = tuple(step_from_dict(s) for s in item["steps"])
-                parsed.append((str(item.get("group_id")), steps))
-            return tuple(parsed)
-
-        ordered = tuple(s for _, steps in items("ordered") for s in steps)
-        return cls(items("authorize"), ordered, items("revoke"))
 
 
 PHASE_NAMES = ("authorize", "ordered", "revoke")

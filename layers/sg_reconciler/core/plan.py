@@ -1,18 +1,17 @@
 """A plan: the ordered EC2 calls that take the groups from their current to their desired rules.
 
-Each step is one API call. The JSON form is the contract of docs/contracts.md and the
-state machine's input, so `plan_from_dict` validates strictly.
+Each step is one API call. The JSON form (`to_dict`) is the contract of docs/contracts.md;
+it is read back at the edge, by the models of app/contracts.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict, rule_to_dict
+from sg_reconciler.core.rules import Rule, rule_to_dict
 
 
 @dataclass(frozen=True)
@@ -108,58 +107,3 @@ def step_to_dict(step: Step) -> dict[str, Any]:
     if isinstance(step, Adopt):
         doc["previous_description"] = step.was
     return doc
-
-
-def _string(doc: Mapping[str, Any], name: str) -> str:
-    value = doc.get(name)
-    if not isinstance(value, str) or not value:
-        raise RuleError(f"{name} must be a non-empty string")
-    return value
-
-
-def step_from_dict(doc: object) -> Step:
-    if not isinstance(doc, Mapping):
-        raise RuleError("a step must be a JSON object")
-    action = doc.get("action")
-    group_id = _string(doc, "group_id")
-    if action == "authorize":
-        rules = doc.get("rules")
-        if not isinstance(rules, list) or not rules:
-            raise RuleError("an authorize step needs a non-empty rules list")
-        parsed = tuple(rule_from_dict(r) for r in rules)
-        if any(r.group_id != group_id for r in parsed):
-            raise RuleError(f"an authorize step for {group_id} carries a rule of another group")
-        return Authorize(group_id, parsed)
-    if action == "revoke":
-        ids = doc.get("rule_ids")
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
-            raise RuleError("a revoke step needs a non-empty list of rule ids")
-        return Revoke(group_id, tuple(ids))
-    if action in ("modify", "adopt"):
-        rule = rule_from_dict(doc.get("rule"))
-        if rule.group_id != group_id:
-            raise RuleError(f"a {action} step for {group_id} carries a rule of another group")
-        if action == "modify":
-            return Modify(group_id, _string(doc, "rule_id"), rule)
-        was = doc.get("previous_description")
-        if not isinstance(was, str):
-            raise RuleError("an adopt step needs the rule's previous_description")
-        return Adopt(group_id, _string(doc, "rule_id"), rule, was)
-    raise RuleError(f"unknown step action {action!r}")
-
-
-def plan_from_dict(doc: object) -> Plan:
-    """Parse a feasible plan document; raises RuleError naming the bad step."""
-    if not isinstance(doc, Mapping) or doc.get("feasible") is not True:
-        raise RuleError("a plan must be an object with feasible: true")
-    steps = doc.get("steps")
-    if not isinstance(steps, list):
-        raise RuleError("a plan needs a steps list")
-    parsed: list[Step] = []
-    for index, step in enumerate(steps):
-        try:
-            parsed.append(step_from_dict(step))
-        except RuleError as err:
-            raise RuleError(f"step #{index}: {err}") from None
-    notes = doc.get("notes", [])
-    return Plan(tuple(parsed), tuple(str(n) for n in notes) if isinstance(notes, list) else ())

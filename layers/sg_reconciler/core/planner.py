@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from sg_reconciler.core.collector import paused_collector
 from sg_reconciler.core.phases import split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Refusal, Revoke, Step
 from sg_reconciler.core.quota import Limits, Usage, add, sub
@@ -379,7 +378,6 @@ def _listing(rules: Sequence[Rule | RuleKey], limit: int = 4) -> str:
     return shown + (f"; and {len(rules) - limit} more" if len(rules) > limit else "")
 
 
-@paused_collector()
 def make_plan(
     current: Sequence[Rule],
     desired: Sequence[Rule],

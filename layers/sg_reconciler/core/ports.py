@@ -8,7 +8,7 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 - `LockStore`: one lock per group, with a lease (`adapters.locks.GroupLocks`).
 - `PlanStorage`: a plan's groups and its phases' batches (`adapters.plan_store.PlanStore`).
 - `InventoryReader`: the account as the desired state needs it
-  (`adapters.inventory.read_inventory`).
+  (`adapters.inventory.AccountInventory`).
 - `ExecutionStarter`: start the apply state machine (`wiring.execution_starter`).
 - `RevocationWindow`: the brake's memory of removals let through
   (`adapters.deployment.RevocationLog`).
@@ -17,21 +17,20 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from sg_reconciler.core.account import Inventory
-from sg_reconciler.core.brake import WindowCount
-from sg_reconciler.core.plan import Adopt
-from sg_reconciler.core.rules import PLAN_TAG_KEY, Rule, RuleKey
-from sg_reconciler.core.scope import Scope
-from sg_reconciler.errors import InvalidPlan
+from sg_reconciler.core.rules import PLAN_TAG_KEY
 
-if TYPE_CHECKING:
-    from sg_reconciler.policy import Policy
+if TYPE_CHECKING:  # types only: a step that types against a port loads no planner (cold start)
+    from sg_reconciler.core.account import Inventory
+    from sg_reconciler.core.brake import WindowCount
+    from sg_reconciler.core.plan import Adopt
+    from sg_reconciler.core.rules import Rule, RuleKey
+    from sg_reconciler.core.scope import Locked, Scope
 
 # Called with a group's live rules right before each attempt of a revoke or modify (a retry
 # after a backoff reads them again); raises to stop the call.
-Guard = Callable[[list[Rule]], None]
+Guard: TypeAlias = "Callable[[list[Rule]], None]"
 Batch = list[dict[str, Any]]  # one Map item's share of a phase: a few groups' calls
 
 
@@ -131,7 +130,7 @@ class LockStore(Protocol):
 class PlanStorage(Protocol):
     """A plan's groups and its phases' batches, outside the execution state (invariant 13).
 
-    A read of something that is not there is an InvalidPlan."""
+    A read of something that is not there is an InvalidPlan (`sg_reconciler.errors`)."""
 
     def put_groups(self, plan: str, groups: Sequence[str]) -> int:
         """Store a plan's group ids; how many there are."""
@@ -158,17 +157,6 @@ class PlanStorage(Protocol):
         ...
 
 
-def stored_groups(plan: str, ids: list[str], expected: int | None) -> list[str]:
-    """A plan's group ids as a PlanStorage read them: all `expected` of them, or InvalidPlan."""
-    if not ids or (expected is not None and len(ids) != expected):
-        raise InvalidPlan(
-            f"the plan store holds {len(ids)} group(s) for {plan}"
-            + ("" if expected is None else f", not the {expected} the execution expects")
-            + ": it expired or was never written"
-        )
-    return ids
-
-
 class ExecutionStarter(Protocol):
     """Start an apply execution named `name`; False when that plan is already running."""
 
@@ -176,12 +164,18 @@ class ExecutionStarter(Protocol):
 
 
 class InventoryReader(Protocol):
-    """Read what the desired state of `policy` depends on, with the given clients (EC2,
-    ELBv2 and optionally Service Quotas)."""
+    """The account as the deployment's policy needs it (the clients and the policy are
+    bound where it is built: wiring.py)."""
 
-    def __call__(
-        self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None, scope: Scope | None = None
-    ) -> Inventory: ...
+    def read(self, narrow: Scope | None = None) -> Inventory:
+        """What the desired state depends on, plus the rules of the groups in play; with an
+        event's scope (`narrow`), only its peer closure when it has one (core/narrow.py)."""
+        ...
+
+    def read_locked(self, locked: Locked) -> Inventory:
+        """The locked groups' rules and the closure of `locked.peers`, exact for those
+        peers (`narrowed_to`)."""
+        ...
 
 
 class RevocationWindow(Protocol):

@@ -15,8 +15,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeGuard
 
-from sg_reconciler.core.collector import paused_collector
-
 OWNER_TAG_KEY = "sg-reconciler/owner"
 PLAN_TAG_KEY = "sg-reconciler/plan-id"
 # On a rule taken over from another tool: the execution that adopted it and the description
@@ -319,7 +317,6 @@ def rule_to_dict(rule: Rule, *, with_identity: bool = True) -> dict[str, Any]:
     return doc
 
 
-@paused_collector()
 def ingress_rules(docs: Iterable[object], what: str) -> list[Rule]:
     """Parse a rule list, skipping egress rules; errors name the offending rule."""
     rules: list[Rule] = []

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sg_reconciler.core.rules import Peer
 
 TARGET_GROUP_ARN_PART = ":targetgroup/"
 
@@ -56,3 +59,12 @@ class Scope:
         return cls(
             load_balancer_arns=frozenset(arns - targets), target_group_arns=frozenset(targets)
         )
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What the steps under the locks read: the locked groups' rules, and the target groups
+    whose load balancer admits one of `peers` (the peers of the rules the plan revokes)."""
+
+    groups: frozenset[str]
+    peers: frozenset[Peer]

@@ -19,55 +19,33 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
 from pydantic import ValidationError
 
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import validation_message as _first_error
-from sg_reconciler.trigger.cloudtrail import (
-    CLASSIC_ELB_API_VERSION,
-    CLOUDTRAIL_DETAIL_TYPE,
-    DETAIL_MODELS,
-    ELB_EVENT_NAMES,
-    EVENT_NAMES,
-    SCHEDULE_SOURCE,
-    SCHEDULED_DETAIL_TYPE,
-    Action,
-    AddTagsDetail,
-    AuthorizeSecurityGroupIngressDetail,
-    CloudTrailDetail,
-    CreateListenerDetail,
-    CreateLoadBalancerDetail,
-    CreateRuleDetail,
-    CreateSecurityGroupDetail,
-    CreateTagsDetail,
-    CreateTargetGroupDetail,
-    DeleteListenerDetail,
-    DeleteLoadBalancerDetail,
-    DeleteRuleDetail,
-    DeleteSecurityGroupDetail,
-    DeleteTagsDetail,
-    DeleteTargetGroupDetail,
-    DeregisterTargetsDetail,
-    ModifyInstanceAttributeDetail,
-    ModifyListenerDetail,
-    ModifyNetworkInterfaceAttributeDetail,
-    ModifyRuleDetail,
-    ModifySecurityGroupRulesDetail,
-    ModifyTargetGroupAttributesDetail,
-    ModifyTargetGroupDetail,
-    RegisterTargetsDetail,
-    RemoveTagsDetail,
-    RevokeSecurityGroupIngressDetail,
-    RulesResponse,
-    SetIpAddressTypeDetail,
-    SetSecurityGroupsDetail,
-    SetSubnetsDetail,
-    TargetsParameters,
-    UpdateSecurityGroupRuleDescriptionsIngressDetail,
-)
+
+if TYPE_CHECKING:
+    from sg_reconciler.trigger.cloudtrail import (
+        Action,
+        AuthorizeSecurityGroupIngressDetail,
+        CloudTrailDetail,
+        CreateListenerDetail,
+        CreateLoadBalancerDetail,
+        CreateTagsDetail,
+        DeleteTagsDetail,
+        ModifyInstanceAttributeDetail,
+        ModifyListenerDetail,
+        RulesResponse,
+        SetSecurityGroupsDetail,
+        TargetsParameters,
+    )
+
+# The drift-repair schedule's events (an EventBridge schedule rule): no CloudTrail in them.
+SCHEDULE_SOURCE = "aws.events"
+SCHEDULED_DETAIL_TYPE = "Scheduled Event"
 
 logger = logging.getLogger(__name__)
 
@@ -151,70 +129,73 @@ def parse_sqs_record(
 
 def scope_of(detail: CloudTrailDetail) -> Scope:
     """What a successful call changed, as a Scope; an empty Scope means nothing we manage."""
+    from sg_reconciler.trigger import cloudtrail as ct
+
     match detail:
-        case AuthorizeSecurityGroupIngressDetail():
+        case ct.AuthorizeSecurityGroupIngressDetail():
             return _authorize(detail)
         case (
-            RevokeSecurityGroupIngressDetail() | UpdateSecurityGroupRuleDescriptionsIngressDetail()
+            ct.RevokeSecurityGroupIngressDetail()
+            | ct.UpdateSecurityGroupRuleDescriptionsIngressDetail()
         ):
             return _groups_or_everything([detail.requestParameters.groupId])
-        case ModifySecurityGroupRulesDetail():
+        case ct.ModifySecurityGroupRulesDetail():
             request = detail.requestParameters.ModifySecurityGroupRulesRequest
             return _groups_or_everything([request.GroupId])
-        case CreateSecurityGroupDetail():
+        case ct.CreateSecurityGroupDetail():
             created = detail.responseElements
             return _groups_or_everything([created.groupId if created is not None else None])
-        case DeleteSecurityGroupDetail():
+        case ct.DeleteSecurityGroupDetail():
             return _groups_or_everything([detail.requestParameters.groupId])
-        case ModifyNetworkInterfaceAttributeDetail():
+        case ct.ModifyNetworkInterfaceAttributeDetail():
             # The event names the interface's new groups but not the ones it left, and a
             # Scope has no interface field: only a full re-plan finds the stale rules.
             return Scope() if detail.requestParameters.groupSet is None else Scope.everything()
-        case ModifyInstanceAttributeDetail():
+        case ct.ModifyInstanceAttributeDetail():
             return _instance_groups(detail)
-        case CreateTagsDetail() | DeleteTagsDetail():
+        case ct.CreateTagsDetail() | ct.DeleteTagsDetail():
             return _ec2_tags(detail)
-        case CreateLoadBalancerDetail():
+        case ct.CreateLoadBalancerDetail():
             return _create_load_balancer(detail)
-        case DeleteLoadBalancerDetail() | SetSubnetsDetail() | SetIpAddressTypeDetail():
+        case ct.DeleteLoadBalancerDetail() | ct.SetSubnetsDetail() | ct.SetIpAddressTypeDetail():
             return Scope(load_balancer_arns=_ids([detail.requestParameters.loadBalancerArn]))
-        case SetSecurityGroupsDetail():
+        case ct.SetSecurityGroupsDetail():
             return _set_security_groups(detail)
-        case CreateTargetGroupDetail():
+        case ct.CreateTargetGroupDetail():
             described = detail.responseElements.targetGroups if detail.responseElements else []
             arns = _ids(tg.targetGroupArn for tg in described)
             return Scope(target_group_arns=arns) if arns else Scope.everything()
-        case ModifyTargetGroupDetail():
+        case ct.ModifyTargetGroupDetail():
             described = detail.responseElements.targetGroups if detail.responseElements else []
             return Scope(
                 load_balancer_arns=_ids(lb for tg in described for lb in tg.loadBalancerArns),
                 target_group_arns=_ids([detail.requestParameters.targetGroupArn]),
             )
-        case DeleteTargetGroupDetail() | ModifyTargetGroupAttributesDetail():
+        case ct.DeleteTargetGroupDetail() | ct.ModifyTargetGroupAttributesDetail():
             return Scope(target_group_arns=_ids([detail.requestParameters.targetGroupArn]))
-        case CreateListenerDetail():
+        case ct.CreateListenerDetail():
             return _create_listener(detail)
-        case ModifyListenerDetail():
+        case ct.ModifyListenerDetail():
             return _modify_listener(detail)
-        case DeleteListenerDetail():
+        case ct.DeleteListenerDetail():
             return _with_load_balancer(detail.requestParameters.listenerArn, Scope())
-        case CreateRuleDetail():
+        case ct.CreateRuleDetail():
             return _rule_actions(
                 detail.requestParameters.listenerArn,
                 detail.requestParameters.actions,
                 detail.responseElements,
             )
-        case ModifyRuleDetail():
+        case ct.ModifyRuleDetail():
             return _rule_actions(
                 detail.requestParameters.ruleArn,
                 detail.requestParameters.actions,
                 detail.responseElements,
             )
-        case DeleteRuleDetail():
+        case ct.DeleteRuleDetail():
             return _with_load_balancer(detail.requestParameters.ruleArn, Scope())
-        case RegisterTargetsDetail() | DeregisterTargetsDetail():
+        case ct.RegisterTargetsDetail() | ct.DeregisterTargetsDetail():
             return _targets(detail.requestParameters)
-        case AddTagsDetail() | RemoveTagsDetail():
+        case ct.AddTagsDetail() | ct.RemoveTagsDetail():
             return _tagged(detail.requestParameters.resourceArns)
     # An event name without a case is a programming error; a full re-plan stays correct.
     return Scope.everything()
@@ -253,7 +234,11 @@ def _parse(
         return Ignored(event_id, f"event for region {envelope.region}, not {region}")
     if envelope.source == SCHEDULE_SOURCE and envelope.detail_type == SCHEDULED_DETAIL_TYPE:
         return Relevant(event_id, SCHEDULED_DETAIL_TYPE, Scope.everything())
-    if envelope.detail_type != CLOUDTRAIL_DETAIL_TYPE:
+    # The CloudTrail models are loaded by the first CloudTrail event: a scheduled run, the
+    # planner's cold start after a quiet spell, needs none of them.
+    from sg_reconciler.trigger import cloudtrail as ct
+
+    if envelope.detail_type != ct.CLOUDTRAIL_DETAIL_TYPE:
         return Ignored(
             event_id,
             _short(
@@ -261,7 +246,7 @@ def _parse(
             ),
         )
     try:
-        detail = CloudTrailDetail.model_validate(raw["detail"])
+        detail = ct.CloudTrailDetail.model_validate(raw["detail"])
     except ValidationError as exc:
         return Ignored(event_id, _short(f"malformed CloudTrail detail: {_first_error(exc)}"))
 
@@ -271,15 +256,15 @@ def _parse(
         return Ignored(event_id, f"{name} made by the reconciler's own role {issuer}")
     if detail.errorCode is not None:
         return Ignored(event_id, _short(f"{name} failed with {detail.errorCode}"))
-    if name not in EVENT_NAMES:
+    if name not in ct.EVENT_NAMES:
         return Ignored(event_id, _short(f"unsupported event name {name}"))
-    if name in ELB_EVENT_NAMES and detail.apiVersion == CLASSIC_ELB_API_VERSION:
+    if name in ct.ELB_EVENT_NAMES and detail.apiVersion == ct.CLASSIC_ELB_API_VERSION:
         return Ignored(event_id, f"{name} on a classic load balancer, which is not managed")
 
     try:
         # The one model for this eventName (what CloudTrailEvent's union routes to), so that a
         # cold start builds only the models of the events it sees; errors read as the union's.
-        typed = DETAIL_MODELS[name].model_validate(raw["detail"])
+        typed = ct.DETAIL_MODELS[name].model_validate(raw["detail"])
     except ValidationError as exc:
         where = ("detail", name)
         return Ignored(event_id, _short(f"malformed {name} event: {_first_error(exc, at=where)}"))

@@ -18,10 +18,8 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
 CLOUDTRAIL_DETAIL_TYPE = "AWS API Call via CloudTrail"
-SCHEDULED_DETAIL_TYPE = "Scheduled Event"
 EC2_SOURCE = "aws.ec2"
 ELB_SOURCE = "aws.elasticloadbalancing"
-SCHEDULE_SOURCE = "aws.events"
 EC2_EVENT_SOURCE = "ec2.amazonaws.com"
 ELB_EVENT_SOURCE = "elasticloadbalancing.amazonaws.com"
 # The classic ELB API logs under the same event source and reuses some event names

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
+from sg_reconciler.adapters.inventory import AccountInventory
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import ip_permission
 from sg_reconciler.app.live_plan import compute_live_plan
-from sg_reconciler.app.steps import stored_phases
+from sg_reconciler.app.steps.common import stored_phases
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.rules import Rule, describe_ports
 from sg_reconciler.observability import logger
@@ -199,7 +200,10 @@ def run_planner(world: DemoWorld | LargeWorld, event: dict[str, Any]) -> str | N
 
 def desired_rules(world: DemoWorld) -> list[Rule]:
     clients = world.runtime.clients
-    return compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None).desired
+    parsed = parse_policy(world.policy)
+    return compute_live_plan(
+        AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None
+    ).desired
 
 
 def reconcile(world: DemoWorld) -> dict[str, Any] | None:
@@ -358,7 +362,8 @@ def act_three(say: Say) -> ActResult:
         )
         world.add_service(NEW_NODE_PORT)
         clients = runtime.clients
-        live = compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None)
+        parsed = parse_policy(world.policy)
+        live = compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None)
         assert isinstance(live.result, Plan)
         with (
             InvariantMonitor(
@@ -397,7 +402,10 @@ def act_three(say: Say) -> ActResult:
 
 def compute_plan_steps(world: DemoWorld) -> int:
     clients = world.runtime.clients
-    result = compute_live_plan(clients.ec2, clients.elbv2, parse_policy(world.policy), None).result
+    parsed = parse_policy(world.policy)
+    result = compute_live_plan(
+        AccountInventory(clients.ec2, clients.elbv2, parsed), parsed, None
+    ).result
     return len(result.steps) if isinstance(result, Plan) else -1
 
 

@@ -3,6 +3,9 @@
 Parsing a describe document or planning a change allocates hundreds of thousands of small
 objects (rules, keys, boxes) that all stay alive: each of the collector's passes walks them
 and frees nothing, and at 5,000 groups those passes cost more than the work itself.
+
+The setting is the process's, so the pause is taken at the edge, around a whole read or
+plan (app/live_plan.py, the adapters' describe, the CLI), not inside the pure core.
 """
 
 from __future__ import annotations
