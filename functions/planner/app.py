@@ -8,13 +8,14 @@ from typing import Any
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from sg_reconciler.app.indexed_plan import record_changes, target_changes
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.app.plan_batch import plan_batch
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, metrics, tracer
 from sg_reconciler.settings import PlannerSettings, load_settings
 from sg_reconciler.trigger.classify import Ignored, Parsed, parse_record, parse_sqs_record
-from sg_reconciler.wiring import execution_starter, live_planner, plan_store
+from sg_reconciler.wiring import execution_starter, index_table, live_planner, plan_store
 
 # The trigger module logs each ignored event with the standard library; give it our format.
 copy_config_to_registered_loggers(source_logger=logger, include={"sg_reconciler.trigger.classify"})
@@ -55,6 +56,10 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         plan_live, _ = live_planner(settings, attempts=5, seconds_left=seconds_left)
         return plan_live(scope, narrow)
 
+    index = index_table(settings)
+    if index is not None:  # the events' targets and ports, before the read (the index)
+        changed = record_changes(index, target_changes(records))
+        metrics.add_metric(name="IndexEntriesFromEvents", unit=MetricUnit.Count, value=changed)
     store = plan_store(settings)
     start = execution_starter(settings, attempts=5)
     result = plan_batch(records, replan, start, time.time(), store)

@@ -24,6 +24,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
 from pydantic import ValidationError
 
+from sg_reconciler.core.inventory_index import TargetChange, Version
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import validation_message as _first_error
 from sg_reconciler.trigger.cloudtrail import (
@@ -81,6 +82,8 @@ class Relevant:
     event_id: str
     event_name: str
     scope: Scope
+    # RegisterTargets / DeregisterTargets: the targets and ports, for the inventory index
+    changes: tuple[TargetChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -286,7 +289,7 @@ def _parse(
     scope = scope_of(typed)
     if not scope:
         return Ignored(event_id, f"{name} changes nothing the reconciler manages")
-    return Relevant(event_id, name, scope)
+    return Relevant(event_id, name, scope, _target_changes(typed))
 
 
 def _load(body: str | Mapping[str, Any]) -> dict[str, Any] | Ignored:
@@ -377,6 +380,25 @@ def _targets(params: TargetsParameters) -> Scope:
     return Scope(
         target_group_arns=_ids([params.targetGroupArn]),
         instance_ids=_ids(t.id for t in params.targets if _INSTANCE_ID.match(t.id)),
+    )
+
+
+def _target_changes(detail: CloudTrailDetail) -> tuple[TargetChange, ...]:
+    """What a (de)registration says, versioned by the event (whoever made it: a person, the
+    controller, or a service such as Auto Scaling or ECS)."""
+    if not isinstance(detail, RegisterTargetsDetail | DeregisterTargetsDetail):
+        return ()
+    version = Version.of_event(detail.eventTime, detail.eventID)
+    if version is None:
+        return ()
+    params = detail.requestParameters
+    return (
+        TargetChange(
+            params.targetGroupArn,
+            isinstance(detail, RegisterTargetsDetail),
+            tuple((t.id, t.port) for t in params.targets),
+            version,
+        ),
     )
 
 

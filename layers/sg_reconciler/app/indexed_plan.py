@@ -1,0 +1,151 @@
+"""The planner's read through the inventory index (docs/architecture.md, "The inventory index").
+
+`record_changes` applies the RegisterTargets and DeregisterTargets events of a batch to the
+index (their targets and ports, versioned by the event). `IndexedReads` is the planner's
+inventory reader when the deployment keeps an index: the index plus fresh reads of the
+event's own objects, or of the schedule's slice (`adapters/index_reads.py`); what it read
+fresh goes back into the index, with conditional writes on the version. `held_while_unread`
+holds a plan's revokes while the index still lacks target groups the listing shows (it is
+being filled): an authorization may come from the index, a revoke never rests on it (under
+the locks every revoke that takes traffic away reads its closure fresh,
+`compute_locked_plan`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from sg_reconciler.adapters.index_reads import IndexedRead, read_through_index
+from sg_reconciler.core.account import Inventory
+from sg_reconciler.core.brake import withhold_revokes
+from sg_reconciler.core.inventory_index import (
+    KINDS,
+    Entry,
+    IndexView,
+    TargetChange,
+    Version,
+    apply_change,
+    gone_entry,
+    merge,
+)
+from sg_reconciler.core.plan import Plan
+from sg_reconciler.core.ports import InventoryIndex
+from sg_reconciler.core.scope import Scope
+from sg_reconciler.policy import Policy
+
+if TYPE_CHECKING:
+    from sg_reconciler.app.live_plan import LivePlan
+
+WRITE_ATTEMPTS = 5  # another writer got there first: read again and merge
+
+
+def record_changes(index: InventoryIndex, changes: Iterable[TargetChange]) -> int:
+    """Apply target (de)registrations to the index; how many entries changed. A target
+    group the index does not hold is left to its first read."""
+    changed = 0
+    for change in changes:
+        for _ in range(WRITE_ATTEMPTS):
+            stored = index.get("tg", [change.target_group_arn]).get(change.target_group_arn)
+            if stored is None or stored.gone:
+                break
+            updated = apply_change(stored, change)
+            if updated is None or updated == stored:
+                break
+            if index.put(updated, stored.version):
+                changed += 1
+                break
+    return changed
+
+
+def write_entries(index: InventoryIndex, entries: Sequence[Entry], view: IndexView) -> int:
+    """Write what was read fresh, each merged with what the index holds (conditional on the
+    version read: a conflict reads the entry again); how many were written."""
+    written = 0
+    held = {(e.kind, e.key): e for e in _all(view)}
+    for entry in entries:
+        stored = held.get((entry.kind, entry.key))
+        for _ in range(WRITE_ATTEMPTS):
+            updated = merge(stored, entry)
+            if updated is None:
+                break
+            if index.put(updated, None if stored is None else stored.version):
+                written += 1
+                break
+            stored = index.get(entry.kind, [entry.key]).get(entry.key)
+    return written
+
+
+def load_view(index: InventoryIndex) -> IndexView:
+    return IndexView.of(e for kind in KINDS for e in index.entries(kind))
+
+
+def _all(view: IndexView) -> list[Entry]:
+    return [*view.target_groups.values(), *view.load_balancers.values(), *view.targets.values()]
+
+
+@dataclass
+class IndexedReads:
+    """The planner's inventory reader through the index (an `InventoryReader`); remembers
+    what its last read found, for `held_while_unread` and the planner's report."""
+
+    index: InventoryIndex
+    now: float
+    period_seconds: float
+    max_fresh: int
+    last: IndexedRead | None = None
+    written: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def __call__(
+        self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None, scope: Scope | None = None
+    ) -> Inventory:
+        view = load_view(self.index)
+        found = read_through_index(
+            ec2,
+            elbv2,
+            policy,
+            view,
+            scope=scope,
+            now=self.now,
+            period_seconds=self.period_seconds,
+            max_fresh=self.max_fresh,
+            quotas=quotas,
+        )
+        read = Version.of_read(self.now)
+        marks = [gone_entry(kind, key, read) for kind, key in found.gone]
+        self.written += write_entries(self.index, [*found.fresh, *marks], view)
+        self.last = found
+        if found.drift:
+            self.notes.append(
+                f"verification found the index behind on {len(found.drift)} point(s), "
+                f"repaired: {'; '.join(found.drift[:5])}"
+            )
+        return replace(found.inventory, notes=(*found.inventory.notes, *self.notes))
+
+
+def held_while_unread(live: LivePlan, reads: IndexedReads) -> LivePlan:
+    """While the index lacks target groups the listing shows (it is being filled, a few
+    hundred a run), nothing is revoked: the traffic of those target groups is unknown."""
+    found = reads.last
+    if found is None or not found.unread or not isinstance(live.result, Plan):
+        return live
+    reason = (
+        f"the inventory index does not hold {found.unread} target group(s) yet (it is being "
+        "filled): revokes wait until it does"
+    )
+    return replace(live, result=withhold_revokes(live.result, reason, reason, live.current))
+
+
+def uses_index(policy: Policy) -> bool:
+    """Whether the index serves this policy: bindings that admit load balancers by address
+    read subnets and client settings the index does not keep, so they read the account."""
+    return all(b.source != "load_balancer_addresses" for b in policy.desired_settings().bindings)
+
+
+def target_changes(
+    records: Iterable[tuple[str, Any]],
+) -> list[TargetChange]:
+    """The target changes the relevant records carry."""
+    return [c for _, parsed in records for c in getattr(parsed, "changes", ())]
