@@ -76,7 +76,10 @@ class _IndexedReader(_Reader):
     ) -> None:
         self.view, self.event, self.version = view, event, read
         self.period, self.max_fresh = period, max_fresh
-        self.listing = event is None or event.full
+        # The schedule, an event that names no object (an interface change), or an index
+        # still empty (its first run fills it) list the account.
+        self.listing = event is None or event.full or not view
+        self.event_tgs: list[dict[str, Any]] = []
         self.fresh_tgs: set[str] = set()
         self.out: list[Entry] = []
         self.found_drift: list[str] = []
@@ -90,8 +93,15 @@ class _IndexedReader(_Reader):
         if self.listing:
             found = self._listed_load_balancers()
         else:
-            wanted = sorted(self.event.load_balancer_arns) if self.event else []
-            fresh = self._load_balancers_by_arn(wanted)
+            self.event_tgs = self._event_target_groups()
+            wanted = set(self.event.load_balancer_arns) if self.event else set()
+            wanted |= {  # a new target group's load balancers the index does not hold yet
+                arn
+                for tg in self.event_tgs
+                for arn in tg.get("LoadBalancerArns", ())
+                if arn not in self.view.load_balancers
+            }
+            fresh = self._load_balancers_by_arn(sorted(wanted))
             found = {arn: load_balancer_of(e) for arn, e in self.view.load_balancers.items()}
             for arn in wanted:
                 found.pop(arn, None)
@@ -184,20 +194,11 @@ class _IndexedReader(_Reader):
             self.gone += [("tg", a) for a in self.view.target_groups if a not in set(listed)]
             return docs
         event = self.event or Scope()
-        by_arn = {a: _raw(e) for a, e in self.view.target_groups.items() if not e.doc.get("gone")}
-        fresh: list[dict[str, Any]] = []
-        if event.target_group_arns:
-            gone: list[str] = []
-
-            def fetch(batch: list[str]) -> list[dict[str, Any]]:
-                response = self.elbv2.describe_target_groups(TargetGroupArns=batch)
-                return list(response.get("TargetGroups", []))  # type: ignore[arg-type]
-
-            for batch in chunks(sorted(event.target_group_arns), ARNS_PER_CALL):
-                fresh += split_on_missing(fetch, batch, TG_NOT_FOUND, gone)
-            for arn in gone:
+        by_arn = {a: _raw(e) for a, e in self.view.target_groups.items()}
+        for kind, arn in self.gone:
+            if kind == "tg":
                 by_arn.pop(arn, None)
-                self.gone.append(("tg", arn))
+        fresh = list(self.event_tgs)
         for lb_arn in sorted(event.load_balancer_arns & arns):
             pages = self.elbv2.get_paginator("describe_target_groups").paginate(
                 LoadBalancerArn=lb_arn, PaginationConfig={"PageSize": ELB_PAGE_SIZE}
@@ -222,6 +223,21 @@ class _IndexedReader(_Reader):
         return [
             d for _, d in sorted(by_arn.items()) if arns.intersection(d.get("LoadBalancerArns", []))
         ]
+
+    def _event_target_groups(self) -> list[dict[str, Any]]:
+        """The event's own target groups, by ARN (one call per 20); the gone ones noted."""
+        arns = sorted(self.event.target_group_arns) if self.event else []
+        gone: list[str] = []
+
+        def fetch(batch: list[str]) -> list[dict[str, Any]]:
+            response = self.elbv2.describe_target_groups(TargetGroupArns=batch)
+            return [dict(tg) for tg in response.get("TargetGroups", [])]
+
+        found: list[dict[str, Any]] = []
+        for batch in chunks(arns, ARNS_PER_CALL):
+            found += split_on_missing(fetch, batch, TG_NOT_FOUND, gone)
+        self.gone += [("tg", a) for a in gone]
+        return found
 
     def targets(self, tg: dict[str, Any]) -> list[tuple[str, int | None]] | None:
         arn = tg["TargetGroupArn"]
