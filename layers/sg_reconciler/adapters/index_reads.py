@@ -49,6 +49,7 @@ from sg_reconciler.core.inventory_index import (
     target_key,
     to_verify,
 )
+from sg_reconciler.core.narrow import Narrowing, narrow, narrowable
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import Policy
 
@@ -78,7 +79,16 @@ class _IndexedReader(_Reader):
         self.period, self.max_fresh = period, max_fresh
         # The schedule, an event that names no object (an interface change), or an index
         # still empty (its first run fills it) list the account.
-        self.listing = event is None or event.full or not view
+        # So does an event that a narrow read cannot serve (it names security groups, or
+        # the policy admits load balancers by address): those read in full, as without the
+        # index (docs/architecture.md, "Reads").
+        self.listing = (
+            event is None
+            or event.full
+            or not view
+            or not narrowable(event, self.policy.desired_settings())
+        )
+        self.narrow_failed = False
         self.event_tgs: list[dict[str, Any]] = []
         self.fresh_tgs: set[str] = set()
         self.out: list[Entry] = []
@@ -224,6 +234,25 @@ class _IndexedReader(_Reader):
             d for _, d in sorted(by_arn.items()) if arns.intersection(d.get("LoadBalancerArns", []))
         ]
 
+    def narrowing(self, lbs: list[LoadBalancer], raw_tgs: list[dict[str, Any]]) -> Narrowing | None:
+        """An event's peer closure over the index (core/narrow.py): its plan stands only if
+        it just authorizes (an authorization may come from the index, a revoke never does),
+        else the planner plans again from the schedule's read. An event naming an object
+        neither the index nor a fresh read knows (deleted) is read as the schedule reads."""
+        if self.listing or self.event is None:
+            return None
+        settings = self.policy.desired_settings()
+        attached = {tg["TargetGroupArn"]: tg.get("LoadBalancerArns", []) for tg in raw_tgs}
+        found = narrow(self.event, settings.bindings, lbs, attached)
+        if found is None:
+            self.narrow_failed = True
+            return Narrowing(frozenset(), frozenset())
+        self.notes.append(
+            f"event-scoped read through the inventory index: {len(self.fresh_tgs)} target "
+            f"group(s) read fresh, {len(found.target_groups)} in the closure from the index"
+        )
+        return found
+
     def _event_target_groups(self) -> list[dict[str, Any]]:
         """The event's own target groups, by ARN (one call per 20); the gone ones noted."""
         arns = sorted(self.event.target_group_arns) if self.event else []
@@ -321,6 +350,13 @@ def read_through_index(
     reader = _IndexedReader(ec2, elbv2, policy, quotas)
     reader.setup(view, scope, Version.of_read(now), period_seconds, max_fresh)
     inventory = reader.read()
+    if reader.narrow_failed:  # the event names what is gone: its old rules need the listing
+        first = reader
+        reader = _IndexedReader(ec2, elbv2, policy, quotas)
+        reader.setup(view, None, Version.of_read(now), period_seconds, max_fresh)
+        inventory = reader.read()
+        reader.out = [*first.out, *reader.out]
+        reader.gone = [*first.gone, *reader.gone]
     return IndexedRead(inventory, reader.out, reader.found_drift, reader.gone, reader.unread)
 
 
