@@ -18,7 +18,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
@@ -83,7 +83,7 @@ class Relevant:
     event_name: str
     scope: Scope
     # RegisterTargets / DeregisterTargets: the targets and ports, for the inventory index
-    changes: tuple[TargetChange, ...] = ()
+    changes: tuple[TargetChange, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
