@@ -195,8 +195,9 @@ def index_reads(
 ) -> IndexedReads | None:
     """The planner's reader through the inventory index (app/indexed_plan.py), or None:
     the steps, a deployment without the index, and policies that admit load balancers by
-    address read the account. The schedule's fresh reads of target groups are capped by
-    what half the invocation's time allows at the read pace."""
+    address read the account. The schedule's ELBv2 reads (its listing, then its slice of
+    target groups) are capped by what 80% of the invocation's time allows at the read pace
+    (the rest for EC2's reads, paced apart, and planning)."""
     from sg_reconciler.app.indexed_plan import IndexedReads, uses_index
     from sg_reconciler.settings import PlannerSettings
 
@@ -206,7 +207,7 @@ def index_reads(
     if index is None:
         return None
     budget = 86_400.0 if seconds_left is None else max(0.0, seconds_left - READ_MARGIN_SECONDS)
-    max_fresh = int(config.reads_per_second * budget / 2)
+    max_fresh = int(config.reads_per_second * budget * 0.8)
     return IndexedReads(index, time.time(), config.verification_period_seconds, max_fresh)
 
 

@@ -7,9 +7,9 @@ interface lookups served from the index), except:
   balancers by ARN with their tags, the target groups by ARN or by load balancer, and one
   DescribeTargetHealth per target group), and so are the interfaces of their targets and of
   the instances the event names;
-- the schedule lists the load balancers and target groups (a few paged calls), reads the
-  tags of load balancers new to the index or due for verification, and the targets of the
-  target groups the index lacks or verified longest ago (`core/inventory_index.to_verify`),
+- the schedule lists the load balancers with their tags and the target groups (a few paged
+  calls, one per 20 load balancers for tags), and reads the targets of the target groups
+  the index lacks or verified longest ago (`core/inventory_index.to_verify`),
   at most `max_fresh` of them;
 - every other target group's targets, and every known interface's groups, come from the
   index.
@@ -89,6 +89,7 @@ class _IndexedReader(_Reader):
             or not narrowable(event, self.policy.desired_settings())
         )
         self.narrow_failed = False
+        self.listing_calls = 0  # ELBv2 calls of the schedule's listing, before its slice
         self.event_tgs: list[dict[str, Any]] = []
         self.fresh_tgs: set[str] = set()
         self.out: list[Entry] = []
@@ -122,30 +123,29 @@ class _IndexedReader(_Reader):
         )
 
     def _listed_load_balancers(self) -> dict[str, LoadBalancer]:
-        """Every load balancer (paged); tags read for those new to the index or due."""
+        """Every load balancer (paged) with its tags (one call per 20): which load balancers
+        the policy selects is what the scope and the brake stand on, so the schedule reads it
+        whole every run; the index's entries are rewritten when changed or due."""
         docs: list[dict[str, Any]] = []
         paginator = self.elbv2.get_paginator("describe_load_balancers")
         for page in paginator.paginate(PaginationConfig={"PageSize": ELB_PAGE_SIZE}):
             docs.extend(page.get("LoadBalancers", []))  # type: ignore[arg-type]
+            self.listing_calls += 1
         held = self.view.load_balancers
         arns = [d["LoadBalancerArn"] for d in docs]
-        new = [a for a in arns if a not in held]
         known = sorted((a for a in arns if a in held), key=lambda a: (_age(held[a]), a))
-        due = new + known[: slice_size(len(arns), self.period, self._interval(held.values()))]
-        tags = self._tags(due)
+        due = set(known[: slice_size(len(arns), self.period, self._interval(held.values()))])
+        tags = self._tags(arns)
+        self.listing_calls += -(-len(arns) // TAG_CHUNK)
         self.gone += [("lb", a) for a in held if a not in set(arns)]
         found: dict[str, LoadBalancer] = {}
         for doc in docs:
             arn = doc["LoadBalancerArn"]
-            if arn in tags:
-                lb_tags = tags[arn]
-            elif arn in held:
-                lb_tags = dict(load_balancer_of(held[arn]).tags)
-            else:
+            if arn not in tags:
                 continue  # gone between the listing and its tags
-            lb = _load_balancer(doc, lb_tags)
+            lb = _load_balancer(doc, tags[arn])
             found[arn] = lb
-            if arn in tags or _changed(held.get(arn), lb):
+            if arn in due or _changed(held.get(arn), lb):
                 self.out.append(load_balancer_entry(lb, self.version))
         return found
 
@@ -195,11 +195,12 @@ class _IndexedReader(_Reader):
         if self.listing:
             docs = super().target_groups(managed)
             listed = [d["TargetGroupArn"] for d in docs]
+            self.listing_calls += 1 + len(listed) // ELB_PAGE_SIZE
             due = to_verify(
                 listed, self.view, self.period, self._interval(self.view.target_groups.values())
             )
             missing = [a for a in listed if a not in self.view.target_groups]
-            self.fresh_tgs = set(due[: max(self.max_fresh, 0)])
+            self.fresh_tgs = set(due[: max(self.max_fresh - self.listing_calls, 0)])
             self.unread = len([a for a in missing if a not in self.fresh_tgs])
             self.gone += [("tg", a) for a in self.view.target_groups if a not in set(listed)]
             return docs

@@ -34,9 +34,9 @@ from sg_reconciler.core.account import (
 
 Kind = Literal["tg", "lb", "target"]
 KINDS: tuple[Kind, ...] = ("tg", "lb", "target")
-# The whole account is re-read every 6 hours: at the schedule's 15 minutes, 24 runs share
-# it, so 3,000 target groups cost 125 DescribeTargetHealth a run (docs/architecture.md).
-DEFAULT_VERIFICATION_PERIOD_SECONDS = 21_600
+# The whole account is re-read every 12 hours: at the schedule's 15 minutes, 48 runs share
+# it, so 3,000 target groups cost 63 DescribeTargetHealth a run (docs/architecture.md).
+DEFAULT_VERIFICATION_PERIOD_SECONDS = 43_200
 
 
 @dataclass(frozen=True, order=True)
