@@ -18,7 +18,7 @@ from sg_reconciler.adapters.index_table import IndexTable
 from sg_reconciler.app.indexed_plan import load_view
 from sg_reconciler.core.inventory_index import IndexView
 from sg_reconciler_tools.demo.play import deliver_events, reconcile, run_planner
-from sg_reconciler_tools.demo.world import DemoWorld, cloudtrail_event
+from sg_reconciler_tools.demo.world import IMAGE_ID, DemoWorld, cloudtrail_event
 from sg_reconciler_tools.local import InvariantMonitor, moto_hooks
 from sg_reconciler_tools.local.rate_limit import EC2_READS, ELBV2_DESCRIBES
 from workflow.test_apply_plan import TIMEOUT, live_plan
@@ -206,19 +206,26 @@ def test_an_event_reads_the_same_few_target_groups_whatever_the_account_size(
     for size in (1, 6):  # a rule per port at both (rule_budget 10): the change only adds
         add_other_cluster(world, size if not counts else size - 1)
         reconcile(world)
-        # When one target of another cluster's target group is registered on a new port
+        # When a new node of the other cluster is registered in one of its target groups
+        # on a new port (a new node: moto keeps one port per instance and target group)
+        elbv2, ec2 = world.runtime.clients.elbv2, world.runtime.clients.ec2
         tg = next(
             t["TargetGroupArn"]
-            for t in world.runtime.clients.elbv2.describe_target_groups()["TargetGroups"]
+            for t in elbv2.describe_target_groups()["TargetGroups"]
             if t["TargetGroupName"] == "other-0"
         )
-        port = 30500 + len(counts)
-        node = world.runtime.clients.elbv2.describe_target_health(TargetGroupArn=tg)[
-            "TargetHealthDescriptions"
-        ][0]["Target"]["Id"]
-        world.runtime.clients.elbv2.register_targets(
-            TargetGroupArn=tg, Targets=[{"Id": node, "Port": port}]
-        )
+        port = 30500 + 10 * len(counts)  # not adjacent: no range merges, only an addition
+        nodes = ec2.describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": ["other-nodes"]}]
+        )["SecurityGroups"][0]["GroupId"]
+        node = ec2.run_instances(
+            ImageId=IMAGE_ID,
+            MinCount=1,
+            MaxCount=1,
+            SecurityGroupIds=[nodes],
+            SubnetId=world.subnet_ids[0],
+        )["Instances"][0]["InstanceId"]
+        elbv2.register_targets(TargetGroupArn=tg, Targets=[{"Id": node, "Port": port}])
         with planner_reads(world) as seen:
             plan_and_run(
                 world,
