@@ -73,16 +73,27 @@ class _IndexedReader(_Reader):
     """`_Reader` with its ELBv2 half and interface lookups served from the index."""
 
     def setup(
-        self, view: IndexView, event: Scope | None, read: Version, period: float, max_fresh: int
+        self,
+        view: IndexView,
+        event: Scope | None,
+        read: Version,
+        period: float,
+        max_fresh: int,
+        whole_index: bool = False,
     ) -> None:
         self.view, self.event, self.version = view, event, read
         self.period, self.max_fresh = period, max_fresh
+        # An event's plan that did not stand is planned again from the whole index (its
+        # objects were just read fresh): no listing, no narrowing.
+        self.whole_index = whole_index and bool(view)
+        if self.whole_index:
+            event = self.event = Scope()
         # The schedule, an event that names no object (an interface change), or an index
         # still empty (its first run fills it) list the account.
         # So does an event that a narrow read cannot serve (it names security groups, or
         # the policy admits load balancers by address): those read in full, as without the
         # index (docs/architecture.md, "Reads").
-        self.listing = (
+        self.listing = not self.whole_index and (
             event is None
             or event.full
             or not view
@@ -240,7 +251,7 @@ class _IndexedReader(_Reader):
         it just authorizes (an authorization may come from the index, a revoke never does),
         else the planner plans again from the schedule's read. An event naming an object
         neither the index nor a fresh read knows (deleted) is read as the schedule reads."""
-        if self.listing or self.event is None:
+        if self.listing or self.event is None or self.whole_index:
             return None
         settings = self.policy.desired_settings()
         attached = {tg["TargetGroupArn"]: tg.get("LoadBalancerArns", []) for tg in raw_tgs}
@@ -345,11 +356,13 @@ def read_through_index(
     period_seconds: float,
     max_fresh: int,
     quotas: Any = None,
+    whole_index: bool = False,
 ) -> IndexedRead:
     """The inventory from the index plus fresh reads: of an event's own objects (`scope` not
-    full), or of the schedule's slice (`scope` None or full)."""
+    full), or of the schedule's slice (`scope` None or full); `whole_index`: the index alone
+    (after an event's read, whose plan did not stand), no listing."""
     reader = _IndexedReader(ec2, elbv2, policy, quotas)
-    reader.setup(view, scope, Version.of_read(now), period_seconds, max_fresh)
+    reader.setup(view, scope, Version.of_read(now), period_seconds, max_fresh, whole_index)
     inventory = reader.read()
     if reader.narrow_failed:  # the event names what is gone: its old rules need the listing
         first = reader

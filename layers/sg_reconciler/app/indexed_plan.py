@@ -95,6 +95,7 @@ class IndexedReads:
     period_seconds: float
     max_fresh: int
     last: IndexedRead | None = None
+    narrowed: bool = False  # an event's narrow read was made in this invocation
     written: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -102,6 +103,10 @@ class IndexedReads:
         self, ec2: Any, elbv2: Any, policy: Policy, quotas: Any = None, scope: Scope | None = None
     ) -> Inventory:
         view = load_view(self.index)
+        # The planner asks for the full read (scope None) when an event's narrow plan does
+        # not stand: the event's objects were just read fresh, so the whole index serves
+        # (its revokes are guarded under the locks by fresh reads of their closure).
+        again = scope is None and self.narrowed
         found = read_through_index(
             ec2,
             elbv2,
@@ -112,7 +117,9 @@ class IndexedReads:
             period_seconds=self.period_seconds,
             max_fresh=self.max_fresh,
             quotas=quotas,
+            whole_index=again,
         )
+        self.narrowed = found.inventory.narrowed_to is not None
         read = Version.of_read(self.now)
         marks = [gone_entry(kind, key, read) for kind, key in found.gone]
         self.written += write_entries(self.index, [*found.fresh, *marks], view)
