@@ -114,5 +114,8 @@ def test_revokes_wait_while_the_index_lacks_listed_target_groups() -> None:
     assert isinstance(held.result, Plan)
     assert [type(s) for s in held.result.steps] == [Authorize]
     assert "does not hold 3 target group(s)" in held.result.held
+    reads.last = IndexedRead(Inventory(), stale=2)
+    stale = held_while_unread(live, reads).result
+    assert isinstance(stale, Plan) and "2 target group(s) older than" in stale.held
     reads.last = IndexedRead(Inventory(), unread=0)
     assert held_while_unread(live, reads) is live

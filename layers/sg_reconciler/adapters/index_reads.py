@@ -67,6 +67,7 @@ class IndexedRead:
     drift: list[str] = field(default_factory=list)
     gone: list[tuple[Kind, str]] = field(default_factory=list)  # (kind, key) no longer there
     unread: int = 0  # listed target groups the index lacks and this run did not read
+    stale: int = 0  # target groups taken from entries older than the verification period
 
 
 class _IndexedReader(_Reader):
@@ -107,6 +108,7 @@ class _IndexedReader(_Reader):
         self.found_drift: list[str] = []
         self.gone: list[tuple[Kind, str]] = []
         self.unread = 0
+        self.stale = 0
         self.fresh_instances = set(event.instance_ids) if event is not None else set()
 
     # --- load balancers ----------------------------------------------------------------
@@ -286,6 +288,8 @@ class _IndexedReader(_Reader):
         if arn not in self.fresh_tgs:
             if entry is None:
                 return []  # listed, not yet read: counted in `unread`, revokes wait
+            if entry.stale(self.version.seconds(), self.period):
+                self.stale += 1  # revokes wait (app/indexed_plan.py)
             if self.listing:  # the listing's fields are fresh, the targets are the index's
                 model = _model(tg, [(m.target_id, m.port) for m in entry.members if m.present])
                 if drift(entry, model):
@@ -371,7 +375,9 @@ def read_through_index(
         inventory = reader.read()
         reader.out = [*first.out, *reader.out]
         reader.gone = [*first.gone, *reader.gone]
-    return IndexedRead(inventory, reader.out, reader.found_drift, reader.gone, reader.unread)
+    return IndexedRead(
+        inventory, reader.out, reader.found_drift, reader.gone, reader.unread, reader.stale
+    )
 
 
 def _age(entry: Entry) -> str:

@@ -134,14 +134,18 @@ class IndexedReads:
 
 def held_while_unread(live: LivePlan, reads: IndexedReads) -> LivePlan:
     """While the index lacks target groups the listing shows (it is being filled, a few
-    hundred a run), nothing is revoked: the traffic of those target groups is unknown."""
+    hundred a run), or the plan took target groups from entries older than the verification
+    period, nothing is revoked: the traffic of those target groups is not known well enough.
+    The schedule reads them (the missing and the oldest first) and the next run plans them."""
     found = reads.last
-    if found is None or not found.unread or not isinstance(live.result, Plan):
+    if found is None or not (found.unread or found.stale) or not isinstance(live.result, Plan):
         return live
-    reason = (
-        f"the inventory index does not hold {found.unread} target group(s) yet (it is being "
-        "filled): revokes wait until it does"
-    )
+    parts = []
+    if found.unread:
+        parts.append(f"does not hold {found.unread} target group(s) yet (it is being filled)")
+    if found.stale:
+        parts.append(f"holds {found.stale} target group(s) older than the verification period")
+    reason = f"the inventory index {' and '.join(parts)}: revokes wait until it is read"
     return replace(live, result=withhold_revokes(live.result, reason, reason, live.current))
 
 
