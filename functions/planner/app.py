@@ -13,7 +13,7 @@ from sg_reconciler.core.scope import Scope
 from sg_reconciler.observability import logger, metrics, tracer
 from sg_reconciler.settings import PlannerSettings, load_settings
 from sg_reconciler.trigger.classify import Ignored, Parsed, parse_record, parse_sqs_record
-from sg_reconciler.wiring import execution_starter, live_planner, plan_store
+from sg_reconciler.wiring import execution_starter, index_table, live_planner, plan_store
 
 if TYPE_CHECKING:  # the live planner is loaded by the first batch that plans (cold start)
     from sg_reconciler.app.live_plan import LivePlan
@@ -57,6 +57,12 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         plan_live, _ = live_planner(settings, attempts=5, seconds_left=seconds_left)
         return plan_live(scope, narrow)
 
+    index = index_table(settings)
+    if index is not None:  # the events' targets and ports, before the read (the index)
+        from sg_reconciler.app.indexed_plan import record_changes, target_changes
+
+        changed = record_changes(index, target_changes(records))
+        metrics.add_metric(name="IndexEntriesFromEvents", unit=MetricUnit.Count, value=changed)
     store = plan_store(settings)
     start = execution_starter(settings, attempts=5)
     result = plan_batch(records, replan, start, time.time(), store)

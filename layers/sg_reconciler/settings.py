@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sg_reconciler.core.inventory_index import DEFAULT_VERIFICATION_PERIOD_SECONDS
 from sg_reconciler.core.pacing import DEFAULT_READS_PER_SECOND, DEFAULT_WRITES_PER_SECOND
 from sg_reconciler.core.rules import DEFAULT_OWNER
 from sg_reconciler.errors import BadConfiguration, validation_message
@@ -56,6 +57,15 @@ class PlannerSettings(_Deployment):
     own_role_arns: str = Field("", alias="OWN_ROLE_ARNS", description="comma-separated role ARNs")
     account_id: str = Field("", alias="ACCOUNT_ID")
     region: str = Field("", alias="AWS_REGION")
+    # The inventory kept from events (docs/architecture.md, "The inventory index"); none:
+    # every run reads the account
+    index_table: str = Field("", alias="INDEX_TABLE_NAME")
+    verification_period_seconds: int = Field(
+        DEFAULT_VERIFICATION_PERIOD_SECONDS,
+        alias="VERIFICATION_PERIOD_SECONDS",
+        ge=3_600,
+        le=7 * 86_400,
+    )
 
     @property
     def own_roles(self) -> frozenset[str]:

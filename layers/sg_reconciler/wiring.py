@@ -6,6 +6,7 @@ below has mypy check that each adapter satisfies its port."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -19,14 +20,17 @@ if TYPE_CHECKING:
     # Cold start (docs/extending.md, "Cold start"): the inventory reader, the policy and the live planner are
     # imported by the functions that plan (live_planner), not by every step that imports this.
     from sg_reconciler.adapters.deployment import RevocationLog
+    from sg_reconciler.adapters.index_table import IndexTable
     from sg_reconciler.adapters.inventory import AccountInventory
     from sg_reconciler.adapters.locks import GroupLocks
     from sg_reconciler.adapters.plan_store import PlanStore
     from sg_reconciler.adapters.security_groups import SecurityGroupRules
+    from sg_reconciler.app.indexed_plan import IndexedReads
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
     from sg_reconciler.app.planned import Planned
     from sg_reconciler.core.ports import (
         ExecutionStarter,
+        InventoryIndex,
         InventoryReader,
         LockStore,
         PlanStorage,
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
         WritePacer,
     )
     from sg_reconciler.core.scope import Scope
+    from sg_reconciler.policy import Policy
     from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
 
 
@@ -129,6 +134,7 @@ def planners(
     )
     from sg_reconciler.adapters.inventory import AccountInventory
     from sg_reconciler.adapters.policy_store import load_policy_from_ssm
+    from sg_reconciler.app.indexed_plan import held_while_unread
     from sg_reconciler.app.live_plan import compute_live_plan, compute_locked_plan
 
     policy = load_policy_from_ssm(client("ssm", attempts), config.policy_parameter, config.owner)
@@ -144,6 +150,7 @@ def planners(
     elbv2 = reads.install(read_client("elbv2", attempts))
 
     released = releases.released if config.lock_table else None
+    indexed = index_reads(config, policy, ec2, elbv2, attempts, seconds_left)
 
     def recorded(live: LivePlan) -> LivePlan:
         if live.brake is not None and not live.released and config.lock_table:
@@ -154,22 +161,66 @@ def planners(
         return AccountInventory(ec2, elbv2, policy, read_client("service-quotas", attempts))
 
     def replan(scope: Scope, narrow: Scope | None = None) -> LivePlan:
-        return recorded(
-            compute_live_plan(
-                account(),
-                policy,
-                scope,
-                narrow=narrow,
-                partial=True,
-                released=released,
-                window=window if config.lock_table else None,
-            )
+        live = compute_live_plan(
+            account() if indexed is None else indexed,
+            policy,
+            scope,
+            narrow=narrow,
+            partial=True,
+            released=released,
+            window=window if config.lock_table else None,
         )
+        return recorded(live if indexed is None else held_while_unread(live, indexed))
 
     def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
         return recorded(compute_locked_plan(account(), policy, groups, planned, released=released))
 
     return replan, locked, policy.settle_seconds
+
+
+def index_table(config: PlannerSettings, attempts: int = 3) -> IndexTable | None:
+    """The inventory index, when the deployment keeps one."""
+    from sg_reconciler.adapters.index_table import IndexTable
+
+    return (
+        IndexTable(client("dynamodb", attempts), config.index_table) if config.index_table else None
+    )
+
+
+def index_reads(
+    config: StepSettings | PlannerSettings,
+    policy: Policy,
+    ec2: Any,
+    elbv2: Any,
+    attempts: int = 1,
+    seconds_left: float | None = None,
+) -> IndexedReads | None:
+    """The planner's reader through the inventory index (app/indexed_plan.py), or None:
+    the steps, a deployment without the index, and policies that admit load balancers by
+    address read the account. The schedule's ELBv2 reads (its listing, then its slice of
+    target groups) are capped by what 80% of the invocation's time allows at the read pace
+    (the rest for EC2's reads, paced apart, and planning)."""
+    from sg_reconciler.adapters.index_reads import IndexFetch
+    from sg_reconciler.adapters.inventory import AccountInventory
+    from sg_reconciler.app.indexed_plan import IndexedReads, uses_index
+    from sg_reconciler.settings import PlannerSettings
+
+    if not isinstance(config, PlannerSettings) or not uses_index(policy):
+        return None
+    index = index_table(config, attempts)
+    if index is None:
+        return None
+    budget = 86_400.0 if seconds_left is None else max(0.0, seconds_left - READ_MARGIN_SECONDS)
+    max_fresh = int(config.reads_per_second * budget * 0.8)
+    quotas = read_client("service-quotas", attempts)
+    return IndexedReads(
+        index,
+        IndexFetch(ec2, elbv2, policy, quotas),
+        AccountInventory(ec2, elbv2, policy, quotas),
+        time.time(),
+        config.verification_period_seconds,
+        max_fresh,
+    )
 
 
 def _adapters_fit_ports(
@@ -179,8 +230,11 @@ def _adapters_fit_ports(
     pacer: Pacer,
     window: RevocationLog,
     account: AccountInventory,
-) -> tuple[RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer, RevocationWindow]:
+    index: IndexTable,
+) -> tuple[
+    RuleStore, LockStore, PlanStorage, InventoryReader, WritePacer, RevocationWindow, InventoryIndex
+]:
     """Never called: mypy checks that each adapter satisfies its port (a method renamed or a
     signature changed on one side fails `make typecheck`). `execution_starter` is checked by
     its return type."""
-    return rules, locks, plans, account, pacer, window
+    return rules, locks, plans, account, pacer, window, index

@@ -234,7 +234,7 @@ def request_tags(tags: list[Mapping[str, str]]) -> dict[str, str | list[str]]:
 
 
 def dynamodb(action: str, operation: str, params: Mapping[str, Any]) -> Iterator[Authorization]:
-    if operation == "BatchWriteItem":
+    if operation in ("BatchWriteItem", "BatchGetItem"):
         for table in params["RequestItems"]:
             yield Authorization(action, arn("dynamodb", f"table/{table}"))
         return

@@ -27,6 +27,7 @@ from live.world import World, build_world
 from moto.elbv2.models import elbv2_backends
 from sg_reconciler.adapters.deployment import WINDOW_PREFIX
 from sg_reconciler.adapters.inventory import AccountInventory
+from sg_reconciler.adapters.index_table import IndexTable
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
 from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
@@ -86,6 +87,7 @@ def world(runtime: LocalRuntime) -> World:
             runtime.clients.dynamodb.delete_item(
                 TableName=table, Key={"group_id": item["group_id"]}
             )
+    IndexTable(runtime.clients.dynamodb, runtime.ref("IndexTable")).clear()  # the old world's
     return build_world(runtime.clients.ec2, runtime.clients.elbv2)
 
 

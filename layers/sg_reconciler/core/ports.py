@@ -12,6 +12,7 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 - `ExecutionStarter`: start the apply state machine (`wiring.execution_starter`).
 - `RevocationWindow`: the brake's memory of removals let through
   (`adapters.deployment.RevocationLog`).
+- `InventoryIndex`: the inventory kept from events (`adapters.index_table.IndexTable`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sg_reconciler.core.rules import PLAN_TAG_KEY
 if TYPE_CHECKING:  # types only: a step that types against a port loads no planner (cold start)
     from sg_reconciler.core.account import Inventory
     from sg_reconciler.core.brake import WindowCount
+    from sg_reconciler.core.inventory_index import Entry, Kind, Version
     from sg_reconciler.core.plan import Adopt
     from sg_reconciler.core.rules import Rule, RuleKey
     from sg_reconciler.core.scope import Locked, Scope
@@ -189,4 +191,21 @@ class RevocationWindow(Protocol):
 
     def record(self, removed: Mapping[str, Sequence[str]]) -> None:
         """Count rules a plan takes away in each scope's window (ids already there count once)."""
+        ...
+
+
+class InventoryIndex(Protocol):
+    """The inventory kept from events (core/inventory_index.py): entries by kind and key,
+    written on the condition that the version read is still there."""
+
+    def entries(self, kind: Kind) -> list[Entry]:
+        """Every entry of one kind."""
+        ...
+
+    def get(self, kind: Kind, keys: list[str]) -> dict[str, Entry]:
+        """The entries of `kind` among `keys`."""
+        ...
+
+    def put(self, entry: Entry, replacing: Version | None) -> bool:
+        """Write if the stored version is still `replacing` (None: absent); False if not."""
         ...

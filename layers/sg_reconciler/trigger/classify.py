@@ -18,12 +18,13 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
 from pydantic import ValidationError
 
+from sg_reconciler.core.inventory_index import TargetChange, Version
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import validation_message as _first_error
 
@@ -59,6 +60,8 @@ class Relevant:
     event_id: str
     event_name: str
     scope: Scope
+    # RegisterTargets / DeregisterTargets: the targets and ports, for the inventory index
+    changes: tuple[TargetChange, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,7 @@ def _parse(
     scope = scope_of(typed)
     if not scope:
         return Ignored(event_id, f"{name} changes nothing the reconciler manages")
-    return Relevant(event_id, name, scope)
+    return Relevant(event_id, name, scope, _target_changes(typed))
 
 
 def _load(body: str | Mapping[str, Any]) -> dict[str, Any] | Ignored:
@@ -362,6 +365,27 @@ def _targets(params: TargetsParameters) -> Scope:
     return Scope(
         target_group_arns=_ids([params.targetGroupArn]),
         instance_ids=_ids(t.id for t in params.targets if _INSTANCE_ID.match(t.id)),
+    )
+
+
+def _target_changes(detail: CloudTrailDetail) -> tuple[TargetChange, ...]:
+    """What a (de)registration says, versioned by the event (whoever made it: a person, the
+    controller, or a service such as Auto Scaling or ECS)."""
+    from sg_reconciler.trigger import cloudtrail as ct
+
+    if not isinstance(detail, ct.RegisterTargetsDetail | ct.DeregisterTargetsDetail):
+        return ()
+    version = Version.of_event(detail.eventTime, detail.eventID)
+    if version is None:
+        return ()
+    params = detail.requestParameters
+    return (
+        TargetChange(
+            params.targetGroupArn,
+            isinstance(detail, ct.RegisterTargetsDetail),
+            tuple((t.id, t.port) for t in params.targets),
+            version,
+        ),
     )
 
 
