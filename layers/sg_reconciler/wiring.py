@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sg_reconciler.app.indexed_plan import IndexedReads
     from sg_reconciler.app.live_plan import LivePlan, LockedReplan, Replan
     from sg_reconciler.app.planned import Planned
+    from sg_reconciler.core.policy import Policy
     from sg_reconciler.core.ports import (
         ExecutionStarter,
         InventoryIndex,
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
         WritePacer,
     )
     from sg_reconciler.core.scope import Scope
-    from sg_reconciler.policy import Policy
     from sg_reconciler.settings import JanitorSettings, PlannerSettings, StepSettings
 
 

@@ -22,7 +22,7 @@ the index, with what the verification found the index had wrong (drift).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sg_reconciler.adapters.inventory import (
@@ -34,7 +34,7 @@ from sg_reconciler.adapters.inventory import (
     chunks,
     split_on_missing,
 )
-from sg_reconciler.core.account import Inventory, LoadBalancer, Target, TargetGroup, tags_of
+from sg_reconciler.core.account import LoadBalancer, Target, TargetGroup, tags_of
 from sg_reconciler.core.inventory_index import (
     Entry,
     IndexedRead,
@@ -51,8 +51,8 @@ from sg_reconciler.core.inventory_index import (
     to_verify,
 )
 from sg_reconciler.core.narrow import Narrowing, narrow, narrowable
-from sg_reconciler.core.scope import Scope
 from sg_reconciler.core.policy import Policy
+from sg_reconciler.core.scope import Scope
 
 ARNS_PER_CALL = 20  # DescribeLoadBalancers / DescribeTargetGroups by ARN, as DescribeTags
 
