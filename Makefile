@@ -26,7 +26,7 @@ typecheck: setup
 # The edit-test loop (under 30 s): the pure core and triggers, and the use cases on the
 # in-memory fakes of tests/fakes.py. No moto: the adapters on moto, the real ASL on the local
 # runtime, the fuzzer and the evidence run in `make suite`.
-UNIT_TESTS := tests/core tests/trigger tests/app --ignore=tests/trigger/test_trigger_event_pattern.py
+UNIT_TESTS := tests/unit
 
 unit: setup
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q $(UNIT_TESTS)

@@ -4,7 +4,7 @@ janitor frees the locks the ASL's own cleanup never reached.
 AWS: "a retry or catch on States.ALL won't catch States.Runtime errors" (AWS Step Functions
 Developer Guide, "Handling errors in Step Functions workflows", Error names); a ResultSelector
 path that the task's result lacks is such an error. The local runtime has AWS's behaviour
-through `moto_hooks.patch_states_all_as_aws` (moto alone catches it: tests/local/test_moto_hooks.py).
+through `moto_hooks.patch_states_all_as_aws` (moto alone catches it: tests/tooling/emulator/test_moto_hooks.py).
 """
 
 from __future__ import annotations

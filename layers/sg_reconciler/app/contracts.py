@@ -10,7 +10,7 @@
   the apply step reads back.
 - Each step's output: what the ASL's ResultSelector, ItemsPath, MaxConcurrencyPath,
   SecondsPath and Choice states read. The steps build these models and return their
-  `model_dump()`, so a field the ASL reads cannot go missing unnoticed: tests/app/
+  `model_dump()`, so a field the ASL reads cannot go missing unnoticed: tests/unit/app/
   test_contracts.py resolves every such path of the ASL against them.
 """
 

@@ -3,7 +3,7 @@
 The local runtime creates the stack with moto's CloudFormation (`create_stack`) from the
 template SAM translated (`stack.translate`). Where moto's engine, or a service it creates
 a resource in, lacks something the template needs, one function here bridges exactly that
-gap, and its docstring says what moto does instead. `tests/local/test_cfn_workarounds.py`
+gap, and its docstring says what moto does instead. `tests/tooling/emulator/test_cfn_workarounds.py`
 shows, for each, what moto does alone and that the workaround fixes it, so a moto upgrade
 that closes a gap shows up there.
 

@@ -8,7 +8,7 @@ the AWS page it follows (`AWS: ...`); each returns a `Patch` that undoes it. The
 running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
 public switch), EC2, Step Functions and EventBridge behaviour moto lacks, three speed-only
 lookups (answers unchanged) and reading a created stack's attributes.
-`tests/local/test_moto_hooks.py` shows, for each, what moto does alone and that the patch
+`tests/tooling/emulator/test_moto_hooks.py` shows, for each, what moto does alone and that the patch
 fixes it, so a moto upgrade that closes a gap or moves an internal fails there instead of
 deep inside a state-machine run. The workarounds for moto's CloudFormation are in
 `cfn_workarounds`.

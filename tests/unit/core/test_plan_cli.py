@@ -1,0 +1,402 @@
+"""The offline `sg-reconciler plan` command: exit codes, output and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sg_reconciler_tools.cli import EXIT_BAD_INPUT, EXIT_REFUSED, main
+from unit.core.sg_judge import Doc, judge_plan
+from unit.core.sg_worlds import NODES, lbc_3639, owned, rule
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def write(path: Path, rules: Any) -> Path:
+    doc = {"SecurityGroupRules": rules} if isinstance(rules, list) else rules
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    current, desired = lbc_3639()
+    egress = rule(NODES, None, protocol="-1", rule_id="sgr-egress", CidrIpv4="0.0.0.0/0")
+    egress["IsEgress"] = True
+    return write(tmp_path / "c.json", [*current, egress]), write(tmp_path / "d.json", desired)
+
+
+def run(
+    capsys: pytest.CaptureFixture[str], current: Path, desired: Path, *extra: str
+) -> tuple[int, str, str]:
+    code = main(["plan", "--current", str(current), "--desired", str(desired), *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_plan_exits_0_with_the_steps_as_json(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    code, out, err = run(capsys, *files, "--output", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["feasible"] is True
+    assert [s["action"] for s in doc["steps"]] == ["authorize", "revoke"]
+    assert doc["steps"][1] == {"action": "revoke", "group_id": NODES, "rule_ids": ["sgr-nodeports"]}
+    current, desired = lbc_3639()
+    assert judge_plan(current, desired, doc, lambda _g: 60) == []
+
+
+def test_the_table_output_lists_each_call(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    code, out, _ = run(capsys, *files)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].split()[:3] == ["1", "authorize", NODES]
+    assert "tcp 31000-32500 from sg-0backend000000001" in lines[1]
+    assert lines[2].split() == ["2", "revoke", NODES, "sgr-nodeports"]
+
+
+def test_the_quota_option_turns_the_change_into_a_modify(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    code, out, _ = run(capsys, *files, "--max-rules-per-group", "2", "--output", "json")
+    doc = json.loads(out)
+    assert code == 0 and [s["action"] for s in doc["steps"]] == ["modify"]
+    assert "sgr-nodeports" in doc["notes"][0]
+
+
+def per_family_files(tmp_path: Path, peer: dict[str, Any]) -> tuple[Path, Path]:
+    """Two IPv6 rules of another tool and our rule on port 80 that grows to 80-81."""
+    current = [
+        rule(NODES, (22, 22), rule_id="sgr-ssh6", CidrIpv6="2001:db8::/56"),
+        rule(NODES, (443, 443), rule_id="sgr-web6", CidrIpv6="2001:db8::/56"),
+        owned(NODES, (80, 80), "sgr-80", **peer),
+    ]
+    desired = [rule(NODES, (80, 81), **peer)]
+    return write(tmp_path / "c.json", current), write(tmp_path / "d.json", desired)
+
+
+def test_per_family_counts_ipv4_and_ipv6_rules_apart(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given a group at a flat count of 3 rules, only one of them IPv4
+    files = per_family_files(tmp_path, {"CidrIpv4": "10.0.0.0/16"})
+    # When counted flat, a fourth rule does not fit: the rule is modified in place
+    code, out, _ = run(capsys, *files, "--max-rules-per-group", "3", "--output", "json")
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["modify"]
+    # When counted per family, as AWS does, the IPv4 family has room: make-before-break
+    code, out, _ = run(
+        capsys, *files, "--max-rules-per-group", "3", "--per-family", "--output", "json"
+    )
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["authorize", "revoke"]
+
+
+def test_per_family_counts_a_prefix_list_as_its_max_entries(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    files = per_family_files(tmp_path, {"PrefixListId": "pl-0a1"})
+    # Without its size the count is unknown: bad input naming the list
+    code, out, err = run(capsys, *files, "--per-family")
+    assert_one_line_error(code, out, err)
+    assert "--prefix-list-size for pl-0a1" in err
+    # A list of 2 entries: two of them fit in a quota of 4, the replacement makes 4 + 0 later
+    code, out, _ = run(
+        capsys,
+        *files,
+        *("--max-rules-per-group", "4", "--per-family", "--prefix-list-size", "pl-0a1=IPv4:2"),
+        *("--output", "json"),
+    )
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["authorize", "revoke"]
+    # A list of 3 entries: 3 + 3 does not fit in 4, so the rule is modified in place
+    code, out, _ = run(
+        capsys,
+        *files,
+        *("--max-rules-per-group", "4", "--per-family", "--prefix-list-size", "pl-0a1=IPv4:3"),
+        *("--output", "json"),
+    )
+    assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["modify"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "names"),
+    [
+        (["--prefix-list-size", "pl-1=IPv5:3", "--per-family"], "is not PL=FAMILY:N"),
+        (["--prefix-list-size", "pl-1=IPv4:0", "--per-family"], "N at least 1"),
+        (["--prefix-list-size", "pl-1=IPv4:3"], "only with --per-family"),
+    ],
+)
+def test_bad_prefix_list_sizes_exit_2(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path], extra: list[str], names: str
+) -> None:
+    code, out, err = run(capsys, *files, *extra)
+    assert_one_line_error(code, out, err)
+    assert names in err
+
+
+def test_an_empty_plan_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    current = write(tmp_path / "c.json", [owned(NODES, (80, 80), "sgr-1")])
+    desired = write(tmp_path / "d.json", [rule(NODES, (80, 80))])
+    code, out, _ = run(capsys, current, desired)
+    assert code == 0 and out.startswith("No change")
+
+
+def test_a_refusal_exits_3_with_the_reason(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    code, out, err = run(capsys, *files, "--max-rules-per-group", "1", "--output", "json")
+    assert (code, err) == (EXIT_REFUSED, "")
+    doc = json.loads(out)
+    assert set(doc) == {"feasible", "reason"} and doc["feasible"] is False
+    assert NODES in doc["reason"] and "quota of 1" in doc["reason"]
+    code, out, _ = run(capsys, *files, "--max-rules-per-group", "1")
+    assert code == EXIT_REFUSED and out.startswith("REFUSED: ")
+
+
+def test_the_owner_option_picks_the_managed_rules(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    # Given the current rules are owned by the default owner, another owner manages nothing
+    code, out, _ = run(capsys, *files, "--owner", "team-b", "--output", "json")
+    doc = json.loads(out)
+    # Then nothing is revoked: the old rule is not team-b's
+    assert code == 0 and [s["action"] for s in doc["steps"]] == ["authorize"]
+
+
+GOOD = rule(NODES, (80, 80), CidrIpv4="10.0.0.0/16")
+
+# (case, which file is bad, its content, text the error line must contain)
+BAD_INPUTS: list[tuple[str, str, Any, str]] = [
+    ("malformed JSON", "desired", '{"SecurityGroupRules": [', "malformed JSON at line 1"),
+    ("not the describe shape", "current", {"Rules": []}, "SecurityGroupRules"),
+    ("unknown protocol", "desired", [GOOD, {**GOOD, "IpProtocol": "tpc"}], "rule #1"),
+    ("port out of range", "desired", [{**GOOD, "ToPort": 70000}], "rule #0"),
+    ("negative port", "desired", [{**GOOD, "FromPort": -5}], "rule #0"),
+    ("reversed ports", "desired", [{**GOOD, "FromPort": 90, "ToPort": 80}], "rule #0"),
+    ("no peer", "desired", [{k: v for k, v in GOOD.items() if k != "CidrIpv4"}], "rule #0"),
+    ("two peers", "desired", [{**GOOD, "PrefixListId": "pl-1"}], "rule #0"),
+    (
+        "bad CIDR",
+        "current",
+        [{**GOOD, "CidrIpv4": "10.0.0.0/33", "SecurityGroupRuleId": "sgr-x"}],
+        "sgr-x",
+    ),
+    (
+        "duplicate rule ids",
+        "current",
+        [
+            {**GOOD, "SecurityGroupRuleId": "sgr-1"},
+            {**GOOD, "SecurityGroupRuleId": "sgr-1", "ToPort": 81},
+        ],
+        "rule #1 (sgr-1",
+    ),
+    ("egress in desired", "desired", [{**GOOD, "IsEgress": True}], "egress rules are not managed"),
+    ("port with two minus signs", "desired", [{**GOOD, "FromPort": "--5"}], "rule #0"),
+    ("port in superscript digits", "desired", [{**GOOD, "ToPort": "\u00b2"}], "rule #0"),
+    ("protocol in superscript digits", "desired", [{**GOOD, "IpProtocol": "\u00b2"}], "rule #0"),
+    ("ambiguous description", "desired", [GOOD, {**GOOD, "Description": "x"}], "listed twice"),
+    # Every field is type-checked: a wrong type anywhere names the rule and the field.
+    (
+        "prefix list id that is an object",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "PrefixListId": {"Id": "pl-1"}}],
+        f"rule #0 ({NODES} IpProtocol=tcp FromPort=80 ToPort=80): PrefixListId must be a string",
+    ),
+    ("CIDR that is a number", "desired", [{**GOOD, "CidrIpv4": 0}], "CidrIpv4 must be a string"),
+    (
+        "CIDR that is a list",
+        "current",
+        [{**GOOD, "CidrIpv4": ["10.0.0.0/16"], "SecurityGroupRuleId": "sgr-x"}],
+        "sgr-x",
+    ),
+    ("CIDR that is false", "desired", [{**GOOD, "CidrIpv4": False}], "CidrIpv4 must be a string"),
+    (
+        "referenced group that is a string",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "ReferencedGroupInfo": "sg-lb"}],
+        "ReferencedGroupInfo must be an object",
+    ),
+    (
+        "referenced group id that is a number",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "ReferencedGroupInfo": {"GroupId": 7}}],
+        "ReferencedGroupInfo.GroupId must be a string",
+    ),
+    (
+        "referenced group's VpcId that is a list",
+        "desired",
+        [{**GOOD, "CidrIpv4": None, "ReferencedGroupInfo": {"GroupId": "sg-lb", "VpcId": []}}],
+        "ReferencedGroupInfo.VpcId must be a string",
+    ),
+    ("protocol that is a list", "desired", [{**GOOD, "IpProtocol": ["tcp"]}], "IpProtocol must be"),
+    ("protocol that is true", "desired", [{**GOOD, "IpProtocol": True}], "IpProtocol must be"),
+    ("description that is a number", "desired", [{**GOOD, "Description": 0}], "Description must"),
+    (
+        "port of an all-traffic rule that is an object",
+        "desired",
+        [{**GOOD, "IpProtocol": "-1", "FromPort": {}, "ToPort": -1}],
+        "FromPort must be an integer",
+    ),
+    (
+        "tag value that is a number",
+        "current",
+        [{**GOOD, "SecurityGroupRuleId": "sgr-x", "Tags": [{"Key": "team", "Value": 1}]}],
+        "tag 'team': Key and Value must be strings",
+    ),
+    (
+        "owner id that is a number",
+        "current",
+        [{**GOOD, "SecurityGroupRuleId": "sgr-x", "GroupOwnerId": 123456789012}],
+        "GroupOwnerId must be a string",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "which", "content", "names"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS]
+)
+def test_bad_input_exits_2_with_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    case: str,
+    which: str,
+    content: Any,
+    names: str,
+) -> None:
+    # Given one bad file (the other is fine)
+    paths = {
+        "current": write(tmp_path / "current.json", [{**GOOD, "SecurityGroupRuleId": "sgr-ok"}]),
+        "desired": write(tmp_path / "desired.json", [GOOD]),
+    }
+    write(paths[which], content)
+    # When the plan command runs
+    code, out, err = run(capsys, paths["current"], paths["desired"], "--output", "json")
+    # Then exit 2, nothing on stdout, and exactly one line on stderr naming file and rule
+    assert_one_line_error(code, out, err)
+    assert str(paths[which]) in err or case == "ambiguous description"
+    assert names in err
+
+
+def assert_one_line_error(code: int, out: str, err: str) -> None:
+    assert code == EXIT_BAD_INPUT
+    assert out == ""
+    assert err.startswith("sg-reconciler: error: ") and err.endswith("\n")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("content", "names"),
+    [
+        ('{"SecurityGroupRules": []}'.encode("utf-16"), "not UTF-8 text at byte 0 (UTF-16?"),
+        (bytes(range(128, 256)), "not UTF-8 text"),
+        (b"[" * 100_000, "nested too deeply"),
+    ],
+    ids=["utf-16 (PowerShell >)", "binary", "nested 100,000 deep"],
+)
+def test_a_file_that_is_not_json_text_exits_2(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path], content: bytes, names: str
+) -> None:
+    files[0].write_bytes(content)
+    code, out, err = run(capsys, *files)
+    assert_one_line_error(code, out, err)
+    assert names in err
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    files[0].write_bytes(b"\xef\xbb\xbf" + files[0].read_bytes())
+    code, _, err = run(capsys, *files)
+    assert (code, err) == (0, "")
+
+
+def test_an_endpoint_that_is_not_a_url_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("{}")
+    code = main(["plan", "--live", "--policy", str(policy), "--endpoint-url", "notaurl"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert "'notaurl' is not an http(s) URL" in err
+
+
+def test_a_missing_file_exits_2(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]
+) -> None:
+    missing = files[0].with_name("nope.json")
+    code, out, err = run(capsys, missing, files[1])
+    assert_one_line_error(code, out, err)
+    assert f"{missing}: cannot read" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--current", "c.json"],
+        ["plan", "--current", "c.json", "--desired", "d.json", "--max-rules-per-group", "0"],
+        ["plan", "--current", "c.json", "--desired", "d.json", "--max-rules-per-group", "x"],
+        ["plan", "--current", "c.json", "--desired", "d.json", "--output", "yaml"],
+        ["apply"],
+        [],
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+
+
+def test_the_module_runs_as_a_program(files: tuple[Path, Path], tmp_path: Path) -> None:
+    # Given the example files, when the CLI runs as its own process
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("layers", "tools"))}
+    command = [sys.executable, "-m", "sg_reconciler_tools.cli", "plan"]
+    ok = subprocess.run(
+        [*command, "--current", str(files[0]), "--desired", str(files[1]), "--output", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    # Then it prints the plan and exits 0
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["feasible"] is True
+    # And bad input gives exit 2 and one line, no traceback
+    bad = write(tmp_path / "bad.json", '{"SecurityGroupRules": [}')
+    failed = subprocess.run(
+        [*command, "--current", str(bad), "--desired", str(files[1])],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert_one_line_error(failed.returncode, failed.stdout, failed.stderr)
+
+
+def test_the_shipped_examples_plan_make_before_break(capsys: pytest.CaptureFixture[str]) -> None:
+    examples = REPO / "examples"
+    code, out, _ = run(
+        capsys,
+        examples / "lbc-3639-current.json",
+        examples / "lbc-3639-desired.json",
+        "--output",
+        "json",
+    )
+    assert code == 0
+    current: list[Doc] = json.loads((examples / "lbc-3639-current.json").read_text())[
+        "SecurityGroupRules"
+    ]
+    desired: list[Doc] = json.loads((examples / "lbc-3639-desired.json").read_text())[
+        "SecurityGroupRules"
+    ]
+    assert judge_plan(current, desired, json.loads(out), lambda _g: 60) == []
