@@ -1,4 +1,4 @@
-"""A large change denied in its last batch, rolled back on the real ASL (issue 20, item 1).
+"""A large change denied in its last batch, rolled back on the real ASL (docs/architecture.md, "The plan store").
 
 A first reconcile of GROUPS node groups x 5 NodePorts (the large world) whose authorize is
 denied in the group that sorts last (so in the authorize phase's last batch) must end

@@ -3,7 +3,7 @@ changes, a large change under EC2's simulated rate limit, and AWS calls per chan
 
 Run: .venv/bin/python -m benchmarks.bench_scale [--quick | --first-reconcile GROUPS]
 (--quick: smaller sizes, for a look in a minute; `make bench` runs the full sizes, up to
-issue 10's acceptance run; --first-reconcile 2000: only the first reconcile of GROUPS x 5
+the acceptance run of 10,000 changes; --first-reconcile 2000: only the first reconcile of GROUPS x 5
 rule changes, that acceptance run of 10,000 changes, about 8 minutes on moto here)
 """
 

@@ -1,4 +1,4 @@
-"""The fault matrix's row for readiness that cannot be undone (issue 19): `adopt --live` run
+"""The fault matrix's row for readiness that cannot be undone (docs/handover.md): `adopt --live` run
 while the adopting execution settles, whose verification then fails and rolls back (handing
 the adopted rules back). A world of its own (the controller's rules), beside the matrix."""
 

@@ -3,8 +3,8 @@
 A first reconcile of a cluster with many node groups runs to "Changes applied" with every
 state small and the same size whatever the number of groups; under a simulated EC2 token
 bucket the change is paced and applied, not throttled into a rollback. The full-size runs
-are BENCHMARKS.md rows: 500 groups under the bucket (`make bench`), and issue 10's 10,000
-rule changes over 2,000 groups (`python -m benchmarks.bench_scale --first-reconcile 2000`),
+are BENCHMARKS.md rows: 500 groups under the bucket (`make bench`), and the
+acceptance run of 10,000 rule changes over 2,000 groups (`python -m benchmarks.bench_scale --first-reconcile 2000`),
 of which the 64-group reconcile here is the smaller version.
 """
 

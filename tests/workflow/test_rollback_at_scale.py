@@ -1,5 +1,5 @@
 """A large change denied in its last batch rolls back completely, and one whose revokes are
-denied reports its leftovers in counts, on the real ASL (issue 20, item 1; invariants 4 and
+denied reports its leftovers in counts, on the real ASL (docs/architecture.md, "The plan store"; invariants 4 and
 13).
 
 Before, "Roll back the rules this execution added" handled every group in one invocation of

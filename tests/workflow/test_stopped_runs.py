@@ -1,4 +1,4 @@
-"""Runs that are stopped while a step is still at work (issue 19, items 2 and 3), on the
+"""Runs that are stopped while a step is still at work (docs/invariants.md, invariant 14, and docs/architecture.md, "The flow": the lock janitor), on the
 real ASL.
 
 Stopping an execution does not stop a Lambda invocation already running, and the lock

@@ -1,4 +1,4 @@
-"""A stack of the previous release upgrades to this one and then applies a change (issue 20).
+"""A stack of the previous release upgrades to this one and then applies a change (docs/deploying.md, "Upgrading").
 
 The previous release's template and state machine are kept in
 `tests/workflow/fixtures/previous_release/` (`git show 3d69dec^:template.yaml`, the last commit

@@ -8,7 +8,7 @@ planner's checker).
 Measured on the fixed sample of `test_no_false_refusal_in_a_fixed_sample` (600 cases, seed
 7; `pytest tests/unit/core/test_flow_by_sources.py -k fixed_sample`): the planner that
 ordered pairs of rules refused 21 of them although a flow-safe order existed within the
-quota (issue 21, item 1: 16 where the pair rule held a rule whose wanted flows the rules
+quota (16 where the pair rule held a rule whose wanted flows the rules
 that remain already admitted, 5 where the only order revokes a covered desired rule and
 authorizes it again);
 the planner that judges the traffic that remains refuses none of them, and 321 rightly.
