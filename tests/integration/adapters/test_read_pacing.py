@@ -75,7 +75,8 @@ def test_a_throttle_left_by_another_tool_is_retried_not_the_end_of_the_read(
         pacer.install(ec2)
         pacer.install(elbv2)
         # the other tool empties the buckets again right as the first paced read goes out
-        # (drained before it, a loaded machine's wall time refills them on the model clock)
+        # (before botocore builds it: drained earlier, a loaded machine's wall time refills them
+        # on the model clock; drained in before-send, the model may have answered already)
         drained: list[bool] = []
 
         def drain_once(**_: Any) -> None:
@@ -83,7 +84,7 @@ def test_a_throttle_left_by_another_tool_is_retried_not_the_end_of_the_read(
                 drained.append(True)
                 model.drain("elbv2")
 
-        elbv2.meta.events.register("before-send", drain_once)
+        elbv2.meta.events.register("before-call", drain_once)
         inventory = read_inventory(ec2, elbv2, account.policy)
     assert len(inventory.target_groups) == TARGET_GROUPS
     assert pacer.throttled >= 1 and model.stats.count("elbv2", refused=True) >= 2
