@@ -5,6 +5,8 @@ is unsure, a candidate, and a missing or old entry holds the revokes."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
 from sg_reconciler.core.account import Target, TargetGroup
 from sg_reconciler.core.inventory_index import (
     Entry,
@@ -150,3 +152,57 @@ def test_a_fresh_read_contradicts_the_index_on_targets_and_groups() -> None:
     assert any("other groups than the index held" in f for f in found)
     same = TargetGroup(**{**tg.__dict__, "targets": ()})
     assert contradictions(entry, same, view) == []
+
+
+PORTS = (30000, 30001, 30002, 30005, 40000)
+HOSTS = (NODES, ELSEWHERE, "sg-third")
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[TargetGroup], dict[str, str], list[Rule]]:
+    """Target groups behind the backend (their targets on random ports in random groups,
+    their own and health-check ports random), and random rules of ours that go."""
+    nodes = {f"i-{n}": draw(st.sampled_from(HOSTS)) for n in range(4)}
+    tgs = [
+        _tg(
+            f"t{n}",
+            draw(st.sampled_from(PORTS)),
+            *draw(
+                st.lists(
+                    st.tuples(st.sampled_from(sorted(nodes)), st.sampled_from(PORTS)), max_size=3
+                )
+            ),
+            health=draw(st.sampled_from(["traffic-port", *map(str, PORTS)])),
+        )
+        for n in range(draw(st.integers(1, 6)))
+    ]
+    gone = [
+        _rule(lo, lo + draw(st.integers(0, 3)), group=draw(st.sampled_from(HOSTS)))
+        for lo in draw(st.lists(st.sampled_from(PORTS), min_size=1, max_size=3))
+    ]
+    return tgs, nodes, gone
+
+
+@given(clusters())
+def test_a_target_group_not_chosen_needs_none_of_the_lost_traffic(
+    case: tuple[list[TargetGroup], dict[str, str], list[Rule]],
+) -> None:
+    # Given an index that is right (fresh, every target's group known)
+    tgs, nodes, gone = case
+    view = _view(tgs, nodes)
+    lost = lost_traffic(gone, [])
+    # When the candidates are chosen
+    found = candidates(lost, {tg.arn: {BACKEND} for tg in tgs}, _listed(tgs), view, T0, PERIOD)
+    # Then every flow a target group not chosen carries (backend to a target's group on its
+    # port, or on the health-check port) stays allowed
+    assert not found.doubts
+    for tg in tgs:
+        if tg.arn in found.read:
+            continue
+        for target in tg.targets:
+            ports = {target.port if target.port is not None else tg.port}
+            if tg.health_check_port != "traffic-port":
+                ports.add(int(tg.health_check_port))
+            for port in ports:
+                assert port is not None
+                assert not lost.allows(nodes[target.target_id], BACKEND, 6, port), (tg, port)
