@@ -47,6 +47,15 @@ class StepSettings(_Deployment):
     writes_per_second: float = Field(
         DEFAULT_WRITES_PER_SECOND, alias="WRITES_PER_SECOND", gt=0, le=1000
     )
+    # The inventory index: under the locks, a revoke reads fresh only the target groups the
+    # index says could use what it takes away (docs/architecture.md, "Reads"); none: all
+    index_table: str = Field("", alias="INDEX_TABLE_NAME")
+    verification_period_seconds: int = Field(
+        DEFAULT_VERIFICATION_PERIOD_SECONDS,
+        alias="VERIFICATION_PERIOD_SECONDS",
+        ge=3_600,
+        le=7 * 86_400,
+    )
 
 
 class PlannerSettings(_Deployment):

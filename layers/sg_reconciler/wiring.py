@@ -173,7 +173,8 @@ def planners(
         return recorded(live if indexed is None else held_while_unread(live, indexed))
 
     def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
-        return recorded(compute_locked_plan(account(), policy, groups, planned, released=released))
+        reader = locked_reads(config, policy, account())
+        return recorded(compute_locked_plan(reader, policy, groups, planned, released=released))
 
     return replan, locked, policy.settle_seconds
 
@@ -220,6 +221,30 @@ def index_reads(
         time.time(),
         config.verification_period_seconds,
         max_fresh,
+    )
+
+
+def locked_reads(
+    config: StepSettings | PlannerSettings, policy: Policy, account: AccountInventory
+) -> InventoryReader:
+    """The steps' reader under the locks: through the inventory index when the deployment
+    keeps one (app/locked_index.py: a revoke reads fresh only the target groups that could
+    use what it takes away), else the account's (`account`)."""
+    from sg_reconciler.app.indexed_plan import uses_index
+    from sg_reconciler.settings import StepSettings
+
+    if not isinstance(config, StepSettings) or not config.index_table or not uses_index(policy):
+        return account
+    from sg_reconciler.adapters.index_table import IndexTable
+    from sg_reconciler.adapters.locked_index_reads import LockedIndexFetch
+    from sg_reconciler.app.locked_index import IndexedLockedReads
+
+    return IndexedLockedReads(
+        IndexTable(client("dynamodb", 3), config.index_table),
+        LockedIndexFetch(account.ec2, account.elbv2, policy, account.quotas),
+        account,
+        time.time(),
+        config.verification_period_seconds,
     )
 
 

@@ -37,7 +37,9 @@ from sg_reconciler.core.planner import defer_revokes, make_plan
 from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.ports import InventoryReader, RevocationWindow
 from sg_reconciler.core.quota import Limits
+from sg_reconciler.core.revoke_closure import lost_traffic
 from sg_reconciler.core.rules import Peer, Rule, rule_to_dict
+from sg_reconciler.core.safety import group_bounds
 from sg_reconciler.core.scope import Locked, Scope
 
 Released = Callable[[str], bool]  # whether an operator released the brake for a fingerprint
@@ -329,7 +331,8 @@ def compute_locked_plan(
     read the account, as before."""
     wanted = frozenset(groups)
     first = reader.read_locked(Locked(wanted, frozenset()))
-    net = _locked_raw(first, policy, wanted, planned).net_removals(policy.owner)
+    raw = _locked_raw(first, policy, wanted, planned)
+    net = raw.net_removals(policy.owner)
     if not net or any(r.rule_id not in planned.stale for r in net):
         # Nothing goes, or what goes was not planned: held without a read (plan_locked).
         return plan_locked(first, policy, wanted, planned, released=released)
@@ -342,7 +345,10 @@ def compute_locked_plan(
         return plan_from_inventory(
             inventory, policy, Scope(group_ids=wanted), partial=True, released=released
         )
-    closure = reader.read_locked(Locked(wanted, peers))
+    staying = [
+        k for b in group_bounds(raw.current, raw.desired, policy.owner).values() for k in b.new_keys
+    ]
+    closure = reader.read_locked(Locked(wanted, peers, lost_traffic(net, staying)))
     return plan_locked(closure, policy, wanted, planned, released=released)
 
 
@@ -444,6 +450,15 @@ def plan_locked(
                     "the read under the locks shows traffic that still needs them"
                 )
                 result = replace(result, notes=(*result.notes, note))
+        if inventory.doubts and net_removals(result, current, desired, policy.owner):
+            # The index chose what was read, and it was wrong or unsure on a target group it
+            # chose: its word on the ones not read is doubtful too (invariant 15).
+            reason = (
+                f"the inventory index cannot vouch for the read under the locks "
+                f"({'; '.join(inventory.doubts[:5])}): revokes held, the index repaired, "
+                "the next run plans them"
+            )
+            result = withhold_revokes(result, reason, reason, current)
         verdict = check_lookup_misses(
             result,
             current,

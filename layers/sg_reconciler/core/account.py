@@ -98,3 +98,6 @@ class Inventory:
     vpc_cidrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # IPv4 and IPv6
     # An event-scoped read (core/narrow.py): the peers it is exact for; None: a full read.
     narrowed_to: frozenset[Peer] | None = None
+    # Why this read cannot back a revoke that takes traffic away (under the locks, the
+    # inventory index missing, old or contradicted on a target group it chose): held.
+    doubts: tuple[str, ...] = ()

@@ -87,6 +87,16 @@ def admitting(
     )
 
 
+def sending_peers(
+    bindings: Iterable[Binding],
+    load_balancers: Iterable[LoadBalancer],
+    attached: Mapping[str, Collection[str]],
+) -> dict[str, frozenset[Peer]]:
+    """Target group ARN -> the group peers its load balancers send from (what a revoke under
+    the locks checks each target group's ports against, core/revoke_closure.py)."""
+    return _peers_by_target_group(bindings, {lb.arn: lb for lb in load_balancers}, attached)
+
+
 def _peers_by_target_group(
     bindings: Iterable[Binding],
     by_arn: Mapping[str, LoadBalancer],

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sg_reconciler.core.rules import Peer
+    from sg_reconciler.core.traffic import Traffic
 
 TARGET_GROUP_ARN_PART = ":targetgroup/"
 
@@ -64,7 +65,10 @@ class Scope:
 @dataclass(frozen=True)
 class Locked:
     """What the steps under the locks read: the locked groups' rules, and the target groups
-    whose load balancer admits one of `peers` (the peers of the rules the plan revokes)."""
+    whose load balancer admits one of `peers` (the peers of the rules the plan revokes).
+    `lost`, the traffic those revokes take away, lets a reader with the inventory index
+    read only the target groups that could use it (core/revoke_closure.py); None: all."""
 
     groups: frozenset[str]
     peers: frozenset[Peer]
+    lost: Traffic | None = None
