@@ -147,7 +147,6 @@ class LocalRuntime:
         self._stopping = False
         self._deliveries = 0  # status-change events being delivered right now
         self._status_targets: list[tuple[str, dict[str, Any]]] = []  # functions, patterns
-        self._delivered: set[str] = set()  # executions whose final status change went out
         self._delivering = threading.Condition()
         self._patches: list[moto_hooks.Patch] = []
         self._saved_environment: dict[str, str | None] = {}
@@ -477,7 +476,6 @@ class LocalRuntime:
         self._put_stack("create", template)
         self._host_functions(code_dirs)
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
-        self._patches.append(moto_hooks.patch_stop_as_aws(self._status_changed))
 
     def update(
         self, template_path: str | Path, *, parameters: Mapping[str, str] | None = None
@@ -653,9 +651,8 @@ class LocalRuntime:
         rules match it, as EventBridge would (moto sends none, and its EventBridge cannot
         deliver to a Lambda target: `cfn_workarounds.lambda_rule_targets`)."""
         with self._delivering:
-            if self._stopping or execution.exec_arn in self._delivered:
-                return  # one status change per execution (a stop reports it at once)
-            self._delivered.add(execution.exec_arn)
+            if self._stopping:
+                return
             self._deliveries += 1
         try:
             event = status_change_event(execution)
