@@ -152,22 +152,21 @@ replace = _replace
 # (a) -------------------------------------------------------------------------------------
 
 
-def mock_config() -> DefaultConfig:
-    """The `mock_aws` config that makes moto run ASL in-process and Lambda without Docker.
+def new_mock() -> Any:
+    """A not yet started `moto.mock_aws` that runs ASL in-process and Lambda without Docker.
 
     `stepfunctions.execute_state_machine` selects `moto.stepfunctions.parser` (the
     interpreter) in `moto.stepfunctions.responses.get_backend`; `lambda.use_docker: False`
     selects `moto.awslambda_simple.models.LambdaSimpleBackend` in
-    `moto.awslambda.utils.get_backend`, whose `invoke` hook (b) replaces.
+    `moto.awslambda.utils.get_backend`, whose `invoke` `patch_lambda_invoke` replaces.
     """
-    return {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-
-
-def new_mock() -> Any:
-    """A not yet started `moto.mock_aws` with `mock_config()`."""
     from moto import mock_aws
 
-    return mock_aws(config=mock_config())
+    config: DefaultConfig = {
+        "stepfunctions": {"execute_state_machine": True},
+        "lambda": {"use_docker": False},
+    }
+    return mock_aws(config=config)
 
 
 # (b) -------------------------------------------------------------------------------------

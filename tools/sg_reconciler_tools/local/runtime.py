@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -771,16 +771,7 @@ def _session(region: str = REGION) -> boto3.session.Session:
 
 def _make_clients(region: str) -> Clients:
     session = _session(region)
-    return Clients(
-        ec2=session.client("ec2"),
-        elbv2=session.client("elbv2"),
-        dynamodb=session.client("dynamodb"),
-        sqs=session.client("sqs"),
-        stepfunctions=session.client("stepfunctions"),
-        events=session.client("events"),
-        ssm=session.client("ssm"),
-        lambda_=session.client("lambda"),
-    )
+    return Clients(**{f.name: session.client(f.name.rstrip("_")) for f in fields(Clients)})
 
 
 def _state_of(event: Mapping[str, Any], by_id: Mapping[int, Mapping[str, Any]]) -> str:
