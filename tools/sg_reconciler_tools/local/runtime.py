@@ -770,7 +770,7 @@ def _session(region: str = REGION) -> boto3.session.Session:
 
 
 def _make_clients(region: str) -> Clients:
-    session = _session(region)
+    session: Any = _session(region)
     return Clients(**{f.name: session.client(f.name.rstrip("_")) for f in fields(Clients)})
 
 
