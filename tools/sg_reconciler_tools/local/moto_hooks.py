@@ -678,16 +678,15 @@ def patch_eni_delegated_prefixes() -> Patch:
 ENI_ADDRESS_FILTERS: Final = ("addresses.private-ip-address", "ipv6-addresses.ipv6-address")
 
 
-def eni_addresses(eni: Any, filter_name: str) -> list[str]:
+def _eni_addresses(eni: Any, filter_name: str) -> list[str]:
     """The addresses of a moto `NetworkInterface` that one `ENI_ADDRESS_FILTERS` filter reads:
     every private IPv4 address (primary first) or every IPv6 address."""
-    owner = "moto.ec2.models.elastic_network_interfaces.NetworkInterface"
     if filter_name == "ipv6-addresses.ipv6-address":
-        return [str(address) for address in _require(eni, "ipv6_addresses", owner) if address]
-    listed = _require(eni, "private_ip_addresses", owner)
-    addresses = [_require(eni, "private_ip_address", owner)]
-    addresses += [item.get("PrivateIpAddress") for item in listed]
-    return [str(address) for address in dict.fromkeys(addresses) if address]
+        return [str(address) for address in eni.ipv6_addresses if address]
+    listed = [eni.private_ip_address] + [
+        a.get("PrivateIpAddress") for a in eni.private_ip_addresses
+    ]
+    return [str(address) for address in dict.fromkeys(listed) if address]
 
 
 def patch_eni_address_filters() -> Patch:
@@ -723,7 +722,7 @@ def patch_eni_address_filters() -> Patch:
                 for eni in enis
                 if any(
                     fnmatch.fnmatchcase(address, pattern)
-                    for address in eni_addresses(eni, name)
+                    for address in _eni_addresses(eni, name)
                     for pattern in patterns
                 )
             ]

@@ -55,7 +55,6 @@ STATE_MACHINE_TYPE = "AWS::StepFunctions::StateMachine"
 RULE_TYPE = "AWS::Events::Rule"
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 FINISHED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
-_EXECUTION_EVENTS = ("Execution",)
 _FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -534,11 +533,6 @@ class LocalRuntime:
         self.deployed_template = template
         return template, packaged.code_dirs
 
-    def _parameter_list(self) -> list[dict[str, str]]:
-        return [
-            {"ParameterKey": key, "ParameterValue": value} for key, value in self.parameters.items()
-        ]
-
     def _put_stack(self, action: Literal["create", "update"], template: dict[str, Any]) -> None:
         """CreateStack or UpdateStack with the runtime's parameters, then the stack as made."""
         cloudformation = _session(self.region).client("cloudformation")
@@ -548,7 +542,10 @@ class LocalRuntime:
                 call(
                     StackName=self.stack_name,
                     TemplateBody=json.dumps(template),
-                    Parameters=self._parameter_list(),
+                    Parameters=[
+                        {"ParameterKey": key, "ParameterValue": value}
+                        for key, value in self.parameters.items()
+                    ],
                     Capabilities=CAPABILITIES,
                 )
             except Exception as error:  # moto raises a resource model's error through the call
@@ -775,7 +772,7 @@ def _make_clients(region: str) -> Clients:
 
 
 def _state_of(event: Mapping[str, Any], by_id: Mapping[int, Mapping[str, Any]]) -> str:
-    if str(event["type"]).startswith(_EXECUTION_EVENTS):
+    if str(event["type"]).startswith("Execution"):
         return ""
     seen: set[int] = set()
     current: Mapping[str, Any] | None = event
