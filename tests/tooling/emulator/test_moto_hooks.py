@@ -1332,33 +1332,6 @@ def test_moto_alone_reads_every_tag_and_rule_of_the_region_for_one_group(
     assert hooked == {"tag scans": 0, "rules matched": 3, "groups matched": 1}, hooked
 
 
-@pytest.mark.parametrize(
-    ("pattern", "text"),
-    [
-        ("sg-0123", "sg-0123"),
-        ("sg-0123", "sg-01234"),
-        ("sg-0123", "SG-0123"),
-        ("sg-0123", "sg-0123\n"),
-        ("sg-0123", "sg-0123\n\n"),
-        ("80", 80),
-        ("sg-01*", "sg-0123"),
-        ("sg-01?3", "sg-0123"),
-        ("10.0.0.1", "10x0y0z1"),
-        ("", ""),
-        ("a b", "a b"),
-    ],
-)
-def test_literal_filter_values_match_as_moto_matches_them(pattern: str, text: Any) -> None:
-    from moto.core.utils import aws_api_matches
-
-    security_groups: Any = importlib.import_module("moto.ec2.models.security_groups")
-    with moto_hooks.patch_literal_filter_values():
-        hooked = security_groups.aws_api_matches(pattern, text)
-        assert security_groups.aws_api_matches is not aws_api_matches
-    assert hooked == aws_api_matches(pattern, text), (pattern, text)
-    assert security_groups.aws_api_matches is aws_api_matches, "undone"
-
-
 def test_undoing_the_lookup_hooks_restores_moto() -> None:
     from moto.ec2.models.security_groups import SecurityGroupBackend
     from moto.ec2.models.tags import TagBackend
