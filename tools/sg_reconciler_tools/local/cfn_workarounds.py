@@ -232,7 +232,7 @@ def lambda_rule_targets(events: Any, rule_names: list[str]) -> list[tuple[str, d
 def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
     """Create a stack's state machines where executions run.
 
-    With `stepfunctions.execute_state_machine` (`moto_hooks.mock_config`), the Step
+    With `stepfunctions.execute_state_machine` (`moto_hooks.new_mock`), the Step
     Functions API is served by `moto.stepfunctions.parser.models.
     stepfunctions_parser_backends`; moto's `StateMachine.create_from_cloudformation_json`
     creates the machine in `moto.stepfunctions.models.stepfunctions_backends`, where the

@@ -6,7 +6,7 @@ process. What moto does not offer through its API is patched, one small function
 whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
 the AWS page it follows (`AWS: ...`); each returns a `Patch` that undoes it. The gaps:
 running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
-public switch), EC2, Step Functions and EventBridge behaviour moto lacks, three speed-only
+public switch), EC2, Step Functions and EventBridge behaviour moto lacks, two speed-only
 lookups (answers unchanged) and reading a created stack's attributes.
 `tests/tooling/emulator/test_moto_hooks.py` shows, for each, what moto does alone and that the patch
 fixes it, so a moto upgrade that closes a gap or moves an internal fails there instead of
@@ -152,22 +152,21 @@ replace = _replace
 # (a) -------------------------------------------------------------------------------------
 
 
-def mock_config() -> DefaultConfig:
-    """The `mock_aws` config that makes moto run ASL in-process and Lambda without Docker.
+def new_mock() -> Any:
+    """A not yet started `moto.mock_aws` that runs ASL in-process and Lambda without Docker.
 
     `stepfunctions.execute_state_machine` selects `moto.stepfunctions.parser` (the
     interpreter) in `moto.stepfunctions.responses.get_backend`; `lambda.use_docker: False`
     selects `moto.awslambda_simple.models.LambdaSimpleBackend` in
-    `moto.awslambda.utils.get_backend`, whose `invoke` hook (b) replaces.
+    `moto.awslambda.utils.get_backend`, whose `invoke` `patch_lambda_invoke` replaces.
     """
-    return {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-
-
-def new_mock() -> Any:
-    """A not yet started `moto.mock_aws` with `mock_config()`."""
     from moto import mock_aws
 
-    return mock_aws(config=mock_config())
+    config: DefaultConfig = {
+        "stepfunctions": {"execute_state_machine": True},
+        "lambda": {"use_docker": False},
+    }
+    return mock_aws(config=config)
 
 
 # (b) -------------------------------------------------------------------------------------
@@ -500,13 +499,16 @@ def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
 
 # Delegated prefixes on network interfaces ------------------------------------------------
 
-# EC2Backend attribute where `patch_eni_delegated_prefixes` keeps, per ENI id, its prefixes
-# by member name ("Ipv4Prefix" / "Ipv6Prefix"), as AWS prints them, in assignment order.
-ENI_PREFIXES: Final = "sg_reconciler_eni_prefixes"
-# Member name -> (IP version, the one prefix length AWS delegates, request list, count param).
-_PREFIX_FAMILIES: Final = {
-    "Ipv4Prefix": (4, 28, "Ipv4Prefixes", "Ipv4PrefixCount"),
-    "Ipv6Prefix": (6, 80, "Ipv6Prefixes", "Ipv6PrefixCount"),
+# Member name ("Ipv4Prefix" / "Ipv6Prefix", as AWS prints them) -> (IP version, the one
+# prefix length AWS delegates).
+_PREFIX_FAMILIES: Final = {"Ipv4Prefix": (4, 28), "Ipv6Prefix": (6, 80)}
+# The EC2 actions whose request names prefixes -> (the families it names, assigns or not).
+_PREFIX_ACTIONS: Final = {
+    "CreateNetworkInterface": (("Ipv4Prefix", "Ipv6Prefix"), True),
+    "AssignPrivateIpAddresses": (("Ipv4Prefix",), True),
+    "UnassignPrivateIpAddresses": (("Ipv4Prefix",), False),
+    "AssignIpv6Addresses": (("Ipv6Prefix",), True),
+    "UnassignIpv6Addresses": (("Ipv6Prefix",), False),
 }
 # DescribeInstances filters on the prefixes of an instance's interfaces (AWS documents
 # these) -> (member name, the `Instance` property the hook adds for moto's filter mapping).
@@ -514,10 +516,9 @@ INSTANCE_PREFIX_FILTERS: Final = {
     "network-interface.ipv4-prefixes.ipv4-prefix": ("Ipv4Prefix", "delegated_ipv4_prefixes"),
     "network-interface.ipv6-prefixes.ipv6-prefix": ("Ipv6Prefix", "delegated_ipv6_prefixes"),
 }
-# Prefix filters AWS does not have on DescribeNetworkInterfaces (it answers
-# InvalidParameterValue); refused as AWS does rather than with moto's FilterNotImplementedError.
-INVALID_ENI_PREFIX_FILTERS: Final = ("ipv4-prefix-set.ipv4-prefix", "ipv6-prefix-set.ipv6-prefix")
-_prefixes_lock = threading.Lock()  # a *PrefixCount pick and its recording are one step
+# ENI id -> member name -> prefixes in assignment order, while the hook is installed.
+_eni_prefixes: dict[str, dict[str, list[str]]] = {}
+_prefixes_lock = threading.Lock()
 
 
 def _add(owner: type, name: str, value: object, moto_path: str) -> Patch:
@@ -547,15 +548,16 @@ def _add_key(mapping: Any, key: str, value: object, moto_path: str) -> Patch:
     return Patch(f"{moto_path}[{key!r}]", lambda: mapping.pop(key, None))
 
 
-def eni_prefixes(backend: Any, eni_id: str, family: str) -> list[str]:
+def eni_prefixes(eni_id: str, family: str) -> list[str]:
     """The delegated prefixes of one ENI that `patch_eni_delegated_prefixes` keeps."""
-    return list(vars(backend).get(ENI_PREFIXES, {}).get(eni_id, {}).get(family, []))
+    with _prefixes_lock:
+        return list(_eni_prefixes.get(eni_id, {}).get(family, []))
 
 
 def _aws_prefix(value: object, family: str) -> str:
     """`value` as AWS prints it (IPv6 compressed, lower case), or EC2's InvalidParameterValue
     for what AWS refuses: not a network, host bits set, or not a /28 (IPv4) or /80 (IPv6)."""
-    version, length, _, _ = _PREFIX_FAMILIES[family]
+    version, length = _PREFIX_FAMILIES[family]
     try:
         network = ipaddress.ip_network(str(value))
     except ValueError:
@@ -569,259 +571,102 @@ def _aws_prefix(value: object, family: str) -> str:
     return str(network)
 
 
-def _requested(response: Any, family: str) -> tuple[list[str], int]:
-    """The explicit prefixes (strings, or `{family: prefix}` in CreateNetworkInterface) and
-    the count of one family a request asks for; EC2 takes one or the other."""
-    _, _, list_param, count_param = _PREFIX_FAMILIES[family]
-    items = response._get_param(list_param) or []
-    wanted = [
-        _aws_prefix(item[family] if isinstance(item, dict) else item, family) for item in items
-    ]
-    count = int(response._get_param(count_param) or 0)
-    if wanted and count:
-        raise_service_error(
-            "ec2",
-            "InvalidParameterCombination",
-            f"{list_param} and {count_param} cannot be used together",
-        )
-    return list(dict.fromkeys(wanted)), count
-
-
-def _free_prefixes(backend: Any, eni: Any, family: str, count: int) -> list[str]:
-    """The `count` lowest prefixes of the ENI's subnet that no ENI there holds, that hold none
-    of their addresses and none of the subnet's reserved ones (first four, last); AWS's
-    InsufficientCidrBlocks when there are fewer."""
-    version, length, _, _ = _PREFIX_FAMILIES[family]
-    subnet = eni.subnet
-    if version == 4:
-        blocks = [subnet.cidr_block]
-    else:
-        blocks = [a.get("ipv6CidrBlock") for a in subnet.ipv6_cidr_block_associations.values()]
-    neighbours = [other for other in backend.enis.values() if other.subnet.id == subnet.id]
-    taken = [
-        ipaddress.ip_network(prefix)
-        for other in neighbours
-        for prefix in eni_prefixes(backend, other.id, family)
-    ]
-    addresses = [
-        *(other.private_ip_address for other in neighbours),  # the primary, kept apart
-        *(a.get("PrivateIpAddress") for other in neighbours for a in other.private_ip_addresses),
-        *(address for other in neighbours for address in other.ipv6_addresses),
-    ]
-    used = {
-        ip for ip in map(ipaddress.ip_address, filter(None, addresses)) if ip.version == version
-    }
-    picked: list[str] = []
-    for block in filter(None, blocks):
-        network = ipaddress.ip_network(block)
-        blocked = used | {network[0], network[1], network[2], network[3], network[-1]}
-        for candidate in network.subnets(new_prefix=length):
-            if len(picked) == count:
-                break
-            if any(candidate.overlaps(t) for t in taken) or any(ip in candidate for ip in blocked):
-                continue
-            picked.append(str(candidate))
-    if len(picked) < count:
-        raise_service_error(
-            "ec2",
-            "InsufficientCidrBlocks",
-            "There are not enough free cidr blocks in the specified subnet to satisfy the request.",
-        )
-    return picked
-
-
-def _assign_prefixes(
-    backend: Any, eni_id: str, family: str, wanted: list[str], count: int
-) -> list[str]:
-    """Record the prefixes on the ENI; returns the ones it did not hold yet."""
+def _record_prefixes(service: str, operation: str, proceed: Proceed) -> Any:
+    """Interceptor of `_PREFIX_ACTIONS`: the request's prefixes (`Ipv4Prefix.N`, or
+    `Ipv4Prefix.N.Ipv4Prefix` in CreateNetworkInterface), checked as AWS checks them, are
+    recorded on the ENI once moto has applied the rest of the call (against a moto server,
+    whose answer comes later, when it is sent). A `*PrefixCount` (EC2 picks free prefixes)
+    is refused: nothing here picks them."""
+    families, assign = _PREFIX_ACTIONS[operation]
+    params = current_request_params()
+    if any(f"{family}Count" in params for family in families):
+        raise_service_error("ec2", "InvalidParameterValue", "prefix counts are not modelled")
+    wanted: dict[str, list[str]] = {}
+    for family in families:
+        listed = [
+            (k, v) for k, v in params.items() if re.fullmatch(rf"{family}\.\d+(\.{family})?", k)
+        ]
+        listed.sort(key=lambda item: int(item[0].split(".")[1]))
+        wanted[family] = [_aws_prefix(values[0], family) for _, values in listed]
+    response = proceed()
+    if not any(wanted.values()):
+        return response
+    eni_id = params.get("NetworkInterfaceId", [""])[0]
+    if not eni_id:  # CreateNetworkInterface: the new ENI's id is in moto's answer
+        found = re.search(r"<networkInterfaceId>([^<]+)<", getattr(response, "text", ""))
+        if found is None:
+            raise HookError(f"no network interface id in moto's answer to {operation}")
+        eni_id = found.group(1)
     with _prefixes_lock:
-        eni = backend.get_network_interface(eni_id)  # moto's not-found error
-        store = vars(backend).setdefault(ENI_PREFIXES, {}).setdefault(eni_id, {})
-        held: list[str] = store.setdefault(family, [])
-        added = [prefix for prefix in wanted if prefix not in held]
-        if count:
-            added += _free_prefixes(backend, eni, family, count)
-        held.extend(added)
-    return added
-
-
-def _unassign_prefixes(backend: Any, eni_id: str, family: str, wanted: list[str]) -> list[str]:
-    """Take the prefixes off the ENI (one it does not hold is ignored, as moto does for
-    addresses); returns the ones removed."""
-    with _prefixes_lock:
-        backend.get_network_interface(eni_id)
-        held = vars(backend).get(ENI_PREFIXES, {}).get(eni_id, {}).get(family, [])
-        removed = [prefix for prefix in wanted if prefix in held]
-        for prefix in removed:
-            held.remove(prefix)
-    return removed
+        for family, prefixes in wanted.items():
+            held = _eni_prefixes.setdefault(eni_id, {}).setdefault(family, [])
+            if assign:
+                held += [prefix for prefix in dict.fromkeys(prefixes) if prefix not in held]
+            else:
+                held[:] = [prefix for prefix in held if prefix not in prefixes]
+    return response
 
 
 def patch_eni_delegated_prefixes() -> Patch:
     """Keep delegated prefixes on network interfaces, as EC2 does; moto 5.2.5 ignores them.
 
-    Wraps the `moto.ec2.responses.elastic_network_interfaces.ElasticNetworkInterfaces`
-    methods of CreateNetworkInterface, Assign/UnassignPrivateIpAddresses and
-    Assign/UnassignIpv6Addresses (an interceptor cannot read the request): each reads the
-    Ipv4/Ipv6 prefix parameters moto drops, runs moto's method, then records the prefixes,
-    normalised as AWS prints them, in the `ENI_PREFIXES` dict on the EC2 backend, and adds
-    the Assigned*/Unassigned* prefixes to the response. `ipv4_prefixes` / `ipv6_prefixes`
-    properties added to `moto.ec2.models.elastic_network_interfaces.NetworkInterface` are
-    what moto's serializer renders as `Ipv4Prefixes` / `Ipv6Prefixes`, both in
-    DescribeNetworkInterfaces and, through `Instance.network_interfaces` (the primary
-    interface and any attached one), in DescribeInstances' `NetworkInterfaces`.
-
-    DescribeInstances filters with `moto.ec2.utils.passes_filter_dict`, which reads the
-    instance attribute that `filter_dict_attribute_mapping` names and, for a list, keeps the
-    instance when any filter value is in it (exact match, as AWS does). The hook adds the
-    `INSTANCE_PREFIX_FILTERS` to that dict, mapped to `delegated_ipv4_prefixes` /
-    `delegated_ipv6_prefixes` properties added to `moto.ec2.models.instances.Instance`: the
-    prefixes of its attached interfaces. DescribeNetworkInterfaces has no prefix filter in
-    AWS; a wrapper of `NetworkInterfaceBackend.get_all_network_interfaces` answers the
-    `INVALID_ENI_PREFIX_FILTERS` with AWS's InvalidParameterValue instead of moto's
-    FilterNotImplementedError. A prefix is not checked against the subnet's CIDRs.
+    The writes are read in botocore's `before-send` event (`_record_prefixes`, on the
+    `_PREFIX_ACTIONS`). `ipv4_prefixes` / `ipv6_prefixes` properties added to
+    `moto.ec2.models.elastic_network_interfaces.NetworkInterface` are what moto's
+    serializer renders as `Ipv4Prefixes` / `Ipv6Prefixes`, both in DescribeNetworkInterfaces
+    and, through `Instance.network_interfaces` (the primary interface and any attached one),
+    in DescribeInstances' `NetworkInterfaces`. DescribeInstances filters with
+    `moto.ec2.utils.passes_filter_dict`, which reads the instance attribute that
+    `filter_dict_attribute_mapping` names and, for a list, keeps the instance when any
+    filter value is in it (exact match, as AWS does): the hook adds the
+    `INSTANCE_PREFIX_FILTERS` there, mapped to `delegated_ipv4_prefixes` /
+    `delegated_ipv6_prefixes` properties added to `moto.ec2.models.instances.Instance` (the
+    prefixes of its attached interfaces). A prefix is not checked against the subnet's CIDRs.
 
     AWS: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-prefix-eni.html and the
     filters of https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html
     """
-    from moto.core.responses import ActionResult
     from moto.ec2 import utils as ec2_utils
-    from moto.ec2.exceptions import InvalidParameterValue
-    from moto.ec2.models.elastic_network_interfaces import (
-        NetworkInterface,
-        NetworkInterfaceBackend,
-    )
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterface
     from moto.ec2.models.instances import Instance
-    from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
 
-    responses = "moto.ec2.responses.elastic_network_interfaces.ElasticNetworkInterfaces"
-    models = "moto.ec2.models.elastic_network_interfaces"
-    original: dict[str, Callable[..., Any]] = {
-        name: _require(ElasticNetworkInterfaces, name, responses)
-        for name in (
-            "create_network_interface",
-            "assign_private_ip_addresses",
-            "unassign_private_ip_addresses",
-            "assign_ipv6_addresses",
-            "unassign_ipv6_addresses",
-        )
-    }
-    list_enis = _require(
-        NetworkInterfaceBackend, "get_all_network_interfaces", f"{models}.NetworkInterfaceBackend"
-    )
     _require(Instance, "network_interfaces", "moto.ec2.models.instances.Instance")
-    filter_mapping = _require(ec2_utils, "filter_dict_attribute_mapping", "moto.ec2.utils")
-
-    def extended(result: Any, **extra: object) -> Any:
-        return ActionResult({**result.result, **extra})
-
-    def create_network_interface(self: Any) -> Any:
-        requested = {family: _requested(self, family) for family in _PREFIX_FAMILIES}
-        result = original["create_network_interface"](self)
-        eni_id = result.result["NetworkInterface"].id
-        for family, (wanted, count) in requested.items():
-            _assign_prefixes(self.ec2_backend, eni_id, family, wanted, count)
-        return result
-
-    def assign_private_ip_addresses(self: Any) -> Any:
-        wanted, count = _requested(self, "Ipv4Prefix")
-        result = original["assign_private_ip_addresses"](self)
-        eni_id = self._get_param("NetworkInterfaceId")
-        added = _assign_prefixes(self.ec2_backend, eni_id, "Ipv4Prefix", wanted, count)
-        return extended(result, AssignedIpv4Prefixes=[{"Ipv4Prefix": p} for p in added])
-
-    def unassign_private_ip_addresses(self: Any) -> Any:
-        wanted, _ = _requested(self, "Ipv4Prefix")
-        result = original["unassign_private_ip_addresses"](self)
-        _unassign_prefixes(
-            self.ec2_backend, self._get_param("NetworkInterfaceId"), "Ipv4Prefix", wanted
-        )
-        return result
-
-    def assign_ipv6_addresses(self: Any) -> Any:
-        wanted, count = _requested(self, "Ipv6Prefix")
-        result = original["assign_ipv6_addresses"](self)
-        eni_id = self._get_param("NetworkInterfaceId")
-        added = _assign_prefixes(self.ec2_backend, eni_id, "Ipv6Prefix", wanted, count)
-        return extended(result, AssignedIpv6Prefixes=added)
-
-    def unassign_ipv6_addresses(self: Any) -> Any:
-        wanted, _ = _requested(self, "Ipv6Prefix")
-        result = original["unassign_ipv6_addresses"](self)
-        eni_id = self._get_param("NetworkInterfaceId")
-        removed = _unassign_prefixes(self.ec2_backend, eni_id, "Ipv6Prefix", wanted)
-        return extended(result, UnassignedIpv6Prefixes=removed)
-
-    def get_all_network_interfaces(
-        self: Any, eni_ids: list[str] | None = None, filters: Any = None
-    ) -> Any:
-        for name in INVALID_ENI_PREFIX_FILTERS:
-            if name in (filters or {}):
-                raise InvalidParameterValue(f"The filter '{name}' is invalid")
-        return list_enis(self, eni_ids, filters)
+    mapping = _require(ec2_utils, "filter_dict_attribute_mapping", "moto.ec2.utils")
 
     def rendered(family: str) -> property:
         def prefixes(self: Any) -> list[dict[str, str]] | None:
-            held = eni_prefixes(self.ec2_backend, self.id, family)
-            return [{family: prefix} for prefix in held] or None  # none: left out, as before
+            return [{family: prefix} for prefix in eni_prefixes(self.id, family)] or None
 
         return property(prefixes)
 
-    def instance_prefixes(family: str) -> property:
+    def of_instance(family: str) -> property:
         def prefixes(self: Any) -> list[str]:
-            return [
-                prefix
-                for eni in self.network_interfaces
-                for prefix in eni_prefixes(self.ec2_backend, eni.id, family)
-            ]
+            return [p for eni in self.network_interfaces for p in eni_prefixes(eni.id, family)]
 
         return property(prefixes)
 
-    wrappers: dict[str, Callable[..., Any]] = {
-        "create_network_interface": create_network_interface,
-        "assign_private_ip_addresses": assign_private_ip_addresses,
-        "unassign_private_ip_addresses": unassign_private_ip_addresses,
-        "assign_ipv6_addresses": assign_ipv6_addresses,
-        "unassign_ipv6_addresses": unassign_ipv6_addresses,
-    }
     patches: list[Patch] = []
     try:  # `_add*` refuse once moto has the thing: leave nothing half applied then
-        for name, family in (("ipv4_prefixes", "Ipv4Prefix"), ("ipv6_prefixes", "Ipv6Prefix")):
-            patches.append(
-                _add(NetworkInterface, name, rendered(family), f"{models}.NetworkInterface")
-            )
+        for family in _PREFIX_FAMILIES:
+            name = f"{family.lower()[:4]}_prefixes"  # ipv4_prefixes, ipv6_prefixes
+            eni_path = "moto.ec2.models.elastic_network_interfaces.NetworkInterface"
+            patches.append(_add(NetworkInterface, name, rendered(family), eni_path))
         for filter_name, (family, attribute) in INSTANCE_PREFIX_FILTERS.items():
-            patches.append(
-                _add(
-                    Instance,
-                    attribute,
-                    instance_prefixes(family),
-                    "moto.ec2.models.instances.Instance",
-                )
-            )
+            instance_path = "moto.ec2.models.instances.Instance"
+            patches.append(_add(Instance, attribute, of_instance(family), instance_path))
             patches.append(
                 _add_key(
-                    filter_mapping,
-                    filter_name,
-                    attribute,
-                    "moto.ec2.utils.filter_dict_attribute_mapping",
+                    mapping, filter_name, attribute, "moto.ec2.utils.filter_dict_attribute_mapping"
                 )
             )
     except HookError:
         _together("", patches).undo()
         raise
     patches += [
-        _replace(ElasticNetworkInterfaces, name, wrapper, responses)
-        for name, wrapper in wrappers.items()
+        intercept_api_call("ec2", action, _record_prefixes, layer=OBSERVER_LAYER)
+        for action in _PREFIX_ACTIONS
     ]
-    patches.append(
-        _replace(
-            NetworkInterfaceBackend,
-            "get_all_network_interfaces",
-            get_all_network_interfaces,
-            f"{models}.NetworkInterfaceBackend",
-        )
-    )
+    patches.append(Patch("ENI prefixes", _eni_prefixes.clear))
     return _together("ENI delegated prefixes", patches)
 
 
@@ -833,16 +678,15 @@ def patch_eni_delegated_prefixes() -> Patch:
 ENI_ADDRESS_FILTERS: Final = ("addresses.private-ip-address", "ipv6-addresses.ipv6-address")
 
 
-def eni_addresses(eni: Any, filter_name: str) -> list[str]:
+def _eni_addresses(eni: Any, filter_name: str) -> list[str]:
     """The addresses of a moto `NetworkInterface` that one `ENI_ADDRESS_FILTERS` filter reads:
     every private IPv4 address (primary first) or every IPv6 address."""
-    owner = "moto.ec2.models.elastic_network_interfaces.NetworkInterface"
     if filter_name == "ipv6-addresses.ipv6-address":
-        return [str(address) for address in _require(eni, "ipv6_addresses", owner) if address]
-    listed = _require(eni, "private_ip_addresses", owner)
-    addresses = [_require(eni, "private_ip_address", owner)]
-    addresses += [item.get("PrivateIpAddress") for item in listed]
-    return [str(address) for address in dict.fromkeys(addresses) if address]
+        return [str(address) for address in eni.ipv6_addresses if address]
+    listed = [eni.private_ip_address] + [
+        a.get("PrivateIpAddress") for a in eni.private_ip_addresses
+    ]
+    return [str(address) for address in dict.fromkeys(listed) if address]
 
 
 def patch_eni_address_filters() -> Patch:
@@ -878,7 +722,7 @@ def patch_eni_address_filters() -> Patch:
                 for eni in enis
                 if any(
                     fnmatch.fnmatchcase(address, pattern)
-                    for address in eni_addresses(eni, name)
+                    for address in _eni_addresses(eni, name)
                     for pattern in patterns
                 )
             ]
@@ -1065,80 +909,30 @@ def patch_groups_by_id_filter() -> Patch:
     )
 
 
-def patch_literal_filter_values() -> Patch:
-    """Match a literal filter value by comparison, not by a new regular expression (speed
-    only: same answer).
-
-    `moto.core.utils.aws_api_matches`, which the security-group filters of
-    `moto.ec2.models.security_groups` call once per object and value, turns each value
-    into an anchored regular expression (two `re.subn`, one `re.match`) even when it has
-    no glob. For a value of letters, digits and `-` (every character literal in a regular
-    expression) `^value$` matches exactly the text itself, or the text with one trailing
-    newline (`$`), which the replacement compares directly; other values go to moto.
-    """
-    from moto.ec2.models import security_groups
-
-    path = "moto.ec2.models.security_groups"
-    original = _require(security_groups, "aws_api_matches", path)
-
-    def aws_api_matches(pattern: str, string: Any) -> bool:
-        if isinstance(pattern, str) and _LITERAL_ID.fullmatch(pattern):
-            text = str(string)
-            return text == pattern or text == pattern + "\n"
-        return bool(original(pattern, string))
-
-    return _replace(security_groups, "aws_api_matches", aws_api_matches, path)
-
-
 def patch_ec2_lookups() -> list[Patch]:
-    """The speed-only EC2 patches (answers unchanged), in the order they are applied."""
-    return [
-        patch_tag_lookup_by_resource(),
-        patch_groups_by_id_filter(),
-        patch_literal_filter_values(),
-    ]
+    """The speed-only EC2 patches (answers unchanged), in the order they are applied.
+
+    Measured on tests/workflow/test_rollback_at_scale.py (process CPU): 58.0 s without,
+    40.0 s with the tag lookup, 34.4 s with both."""
+    return [patch_tag_lookup_by_resource(), patch_groups_by_id_filter()]
 
 
 def on_execution_end(listener: Callable[[Any], None]) -> Patch:
-    """Call `listener(execution)` when a Step Functions execution reaches its final status.
+    """Call `listener(execution)` once when a Step Functions execution reaches its final
+    status, and make StopExecution end the execution at once, as on AWS.
 
-    Wraps `moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication.
-    _reflect_execution_status`, which sets `exec_status` (SUCCEEDED, FAILED, ABORTED,
-    TIMED_OUT) once the interpreter's program ends; moto emits no EventBridge "Execution
-    Status Change" event, so the local runtime delivers one from here. The listener runs
-    in the execution's worker thread, after the status is set.
-
-    AWS: https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html
-    """
-    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
-
-    owner = "moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication"
-    original = _require(BaseExecutionWorkerCommunication, "_reflect_execution_status", owner)
-
-    def _reflect_execution_status(self: Any) -> None:
-        original(self)
-        listener(self.execution)
-
-    return _replace(
-        BaseExecutionWorkerCommunication,
-        "_reflect_execution_status",
-        _reflect_execution_status,
-        owner,
-    )
-
-
-def patch_stop_as_aws(listener: Callable[[Any], None]) -> Patch:
-    """StopExecution ends the execution at once, as on AWS: its status is ABORTED right away
-    and `listener(execution)` runs then (the status change), while a Lambda task already
+    moto emits no EventBridge "Execution Status Change" event: the local runtime delivers
+    one from the listener. It runs in the execution's worker thread from
+    `moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication.
+    _reflect_execution_status` (which sets `exec_status` once the program ends), or in the
+    caller's thread from `Execution.stop`. moto 5.2.5's `stop` only flags the program: the
+    status stayed RUNNING until the interpreter left the state it was in (a Lambda task
+    returned). Now the status is ABORTED at once and stays so, while a Lambda task already
     running goes on ("Stopping an execution does not stop a Lambda invocation already
-    running"; StopExecution in the Step Functions API Reference).
+    running").
 
-    moto 5.2.5's `Execution.stop` only flags the program; the status stays RUNNING until the
-    interpreter's thread leaves the state it is in (a Lambda task returns), and only then is
-    the status set. The listener also runs from `on_execution_end` when that thread ends: the
-    runtime delivers one status change per execution.
-
-    AWS: https://docs.aws.amazon.com/step-functions/latest/apireference/API_StopExecution.html
+    AWS: https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html and
+    https://docs.aws.amazon.com/step-functions/latest/apireference/API_StopExecution.html
     """
     from moto.stepfunctions.parser.api import ExecutionStatus
     from moto.stepfunctions.parser.backend.execution import (
@@ -1161,15 +955,16 @@ def patch_stop_as_aws(listener: Callable[[Any], None]) -> Patch:
             listener(self)
 
     def _reflect_execution_status(self: Any) -> None:
-        # A task that ends after the stop (it failed, say) must not turn ABORTED into FAILED
         reflect(self)
         stopped = getattr(self.execution, mark, None)
-        if stopped is not None:
+        if stopped is None:
+            listener(self.execution)
+        else:  # a task that ends after the stop (it failed, say) leaves it ABORTED
             self.execution.exec_status = ExecutionStatus.ABORTED
             self.execution.stop_date, self.execution.error, self.execution.cause = stopped
 
     return _together(
-        "StopExecution as on AWS",
+        "execution end as on AWS",
         [
             _replace(Execution, "stop", stop, owner),
             _replace(

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -55,7 +55,6 @@ STATE_MACHINE_TYPE = "AWS::StepFunctions::StateMachine"
 RULE_TYPE = "AWS::Events::Rule"
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 FINISHED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
-_EXECUTION_EVENTS = ("Execution",)
 _FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -147,7 +146,6 @@ class LocalRuntime:
         self._stopping = False
         self._deliveries = 0  # status-change events being delivered right now
         self._status_targets: list[tuple[str, dict[str, Any]]] = []  # functions, patterns
-        self._delivered: set[str] = set()  # executions whose final status change went out
         self._delivering = threading.Condition()
         self._patches: list[moto_hooks.Patch] = []
         self._saved_environment: dict[str, str | None] = {}
@@ -477,7 +475,6 @@ class LocalRuntime:
         self._put_stack("create", template)
         self._host_functions(code_dirs)
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
-        self._patches.append(moto_hooks.patch_stop_as_aws(self._status_changed))
 
     def update(
         self, template_path: str | Path, *, parameters: Mapping[str, str] | None = None
@@ -536,11 +533,6 @@ class LocalRuntime:
         self.deployed_template = template
         return template, packaged.code_dirs
 
-    def _parameter_list(self) -> list[dict[str, str]]:
-        return [
-            {"ParameterKey": key, "ParameterValue": value} for key, value in self.parameters.items()
-        ]
-
     def _put_stack(self, action: Literal["create", "update"], template: dict[str, Any]) -> None:
         """CreateStack or UpdateStack with the runtime's parameters, then the stack as made."""
         cloudformation = _session(self.region).client("cloudformation")
@@ -550,7 +542,10 @@ class LocalRuntime:
                 call(
                     StackName=self.stack_name,
                     TemplateBody=json.dumps(template),
-                    Parameters=self._parameter_list(),
+                    Parameters=[
+                        {"ParameterKey": key, "ParameterValue": value}
+                        for key, value in self.parameters.items()
+                    ],
                     Capabilities=CAPABILITIES,
                 )
             except Exception as error:  # moto raises a resource model's error through the call
@@ -653,9 +648,8 @@ class LocalRuntime:
         rules match it, as EventBridge would (moto sends none, and its EventBridge cannot
         deliver to a Lambda target: `cfn_workarounds.lambda_rule_targets`)."""
         with self._delivering:
-            if self._stopping or execution.exec_arn in self._delivered:
-                return  # one status change per execution (a stop reports it at once)
-            self._delivered.add(execution.exec_arn)
+            if self._stopping:
+                return
             self._deliveries += 1
         try:
             event = status_change_event(execution)
@@ -773,21 +767,12 @@ def _session(region: str = REGION) -> boto3.session.Session:
 
 
 def _make_clients(region: str) -> Clients:
-    session = _session(region)
-    return Clients(
-        ec2=session.client("ec2"),
-        elbv2=session.client("elbv2"),
-        dynamodb=session.client("dynamodb"),
-        sqs=session.client("sqs"),
-        stepfunctions=session.client("stepfunctions"),
-        events=session.client("events"),
-        ssm=session.client("ssm"),
-        lambda_=session.client("lambda"),
-    )
+    session: Any = _session(region)
+    return Clients(**{f.name: session.client(f.name.rstrip("_")) for f in fields(Clients)})
 
 
 def _state_of(event: Mapping[str, Any], by_id: Mapping[int, Mapping[str, Any]]) -> str:
-    if str(event["type"]).startswith(_EXECUTION_EVENTS):
+    if str(event["type"]).startswith("Execution"):
         return ""
     seen: set[int] = set()
     current: Mapping[str, Any] | None = event
