@@ -31,8 +31,11 @@ UNIT_TESTS := tests/unit
 unit: setup
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q $(UNIT_TESTS)
 
+# The whole suite on every core (pytest-xdist), one test file per worker at a time (its
+# module fixtures, the local runtime among them, are built once). The fault matrix the
+# evidence tests collect is printed at the end (tests/conftest.py gathers the workers' rows).
 suite: setup
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q -n auto --dist loadfile
 
 test: lint typecheck suite
 
