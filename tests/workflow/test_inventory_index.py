@@ -7,9 +7,7 @@ planner: the same few ELBv2 describes whatever the account's size
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -20,8 +18,8 @@ from sg_reconciler.app.indexed_plan import load_view
 from sg_reconciler.core.inventory_index import IndexView
 from sg_reconciler_tools.demo.play import deliver_events, reconcile, run_planner
 from sg_reconciler_tools.demo.world import IMAGE_ID, DemoWorld, cloudtrail_event
-from sg_reconciler_tools.local import InvariantMonitor, moto_hooks
-from sg_reconciler_tools.local.rate_limit import EC2_READS, ELBV2_DESCRIBES
+from sg_reconciler_tools.local import InvariantMonitor
+from workflow.read_counts import counted_reads
 from workflow.test_apply_plan import TIMEOUT, live_plan
 from workflow.test_locked_reads import add_other_cluster
 
@@ -163,43 +161,6 @@ def test_an_emptied_index_is_filled_again_and_the_change_applied(world: DemoWorl
     assert set(view(world).target_groups) == set(world.target_groups.values())
 
 
-class PlannerReads:
-    """Describes moto serves until the refresh's first invocation (the planner's)."""
-
-    def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()
-        self.on = True
-        self.lock = threading.Lock()
-
-    def total(self, service: str) -> int:
-        return sum(n for k, n in self.calls.items() if k.startswith(f"{service} "))
-
-
-@contextmanager
-def planner_reads(world: DemoWorld) -> Iterator[PlannerReads]:
-    seen = PlannerReads()
-
-    def count(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
-        if seen.on:
-            with seen.lock:
-                seen.calls[f"{service} {operation}"] += 1
-        return proceed()
-
-    def refresh(function: str, _event: Any) -> None:
-        if function == "RefreshPlanFunction":
-            seen.on = False
-
-    patches = [world.runtime.before_invoke(refresh)]
-    for service, operations in (("elbv2", ELBV2_DESCRIBES), ("ec2", EC2_READS)):
-        for operation in operations:
-            patches.append(moto_hooks.intercept_api_call(service, operation, count))
-    try:
-        yield seen
-    finally:
-        for patch in reversed(patches):
-            patch.undo()
-
-
 def test_an_event_reads_the_same_few_target_groups_whatever_the_account_size(
     world: DemoWorld,
 ) -> None:
@@ -228,7 +189,7 @@ def test_an_event_reads_the_same_few_target_groups_whatever_the_account_size(
             SubnetId=world.subnet_ids[0],
         )["Instances"][0]["InstanceId"]
         elbv2.register_targets(TargetGroupArn=tg, Targets=[{"Id": node, "Port": port}])
-        with planner_reads(world) as seen:
+        with counted_reads(world, under_the_locks=False) as seen:
             plan_and_run(
                 world,
                 deliver_events(

@@ -8,17 +8,12 @@ refresh on is counted where moto serves it, whatever client makes it."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from sg_reconciler.core.rules import OWNER_TAG_KEY
 from sg_reconciler_tools.demo.play import deliver_events, reconcile, run_planner
 from sg_reconciler_tools.demo.world import CLUSTER_TAG, IMAGE_ID, DemoWorld, scheduled_event
-from sg_reconciler_tools.local import moto_hooks
-from sg_reconciler_tools.local.rate_limit import EC2_READS, ELBV2_DESCRIBES
+from workflow.read_counts import Reads, counted_reads
 from workflow.test_apply_plan import TIMEOUT, ranges
 from workflow.world_moves import admits, set_policy
 
@@ -118,52 +113,8 @@ def add_other_cluster(world: DemoWorld, load_balancers: int) -> None:
     set_policy(world, two_clusters(world, backend))
 
 
-class UnderTheLocks:
-    """Describes served by moto from the refresh's first invocation on."""
-
-    def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()
-        self.on = False
-        self.lock = threading.Lock()
-
-    def elbv2(self, operation: str | None = None) -> int:
-        return sum(
-            n
-            for k, n in self.calls.items()
-            if k.startswith("elbv2 ") and (operation is None or k == f"elbv2 {operation}")
-        )
-
-    def ec2(self) -> int:
-        return sum(n for k, n in self.calls.items() if k.startswith("ec2 "))
-
-
-@contextmanager
-def counted(world: DemoWorld) -> Iterator[UnderTheLocks]:
-    seen = UnderTheLocks()
-
-    def count(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
-        if seen.on:
-            with seen.lock:
-                seen.calls[f"{service} {operation}"] += 1
-        return proceed()
-
-    def refresh(function: str, _event: Any) -> None:
-        if function == "RefreshPlanFunction":
-            seen.on = True
-
-    patches = [world.runtime.before_invoke(refresh)]
-    for service, operations in (("elbv2", ELBV2_DESCRIBES), ("ec2", EC2_READS)):
-        for operation in operations:
-            patches.append(moto_hooks.intercept_api_call(service, operation, count))
-    try:
-        yield seen
-    finally:
-        for patch in reversed(patches):
-            patch.undo()
-
-
-def run(world: DemoWorld, event: dict[str, Any]) -> tuple[dict[str, Any], UnderTheLocks]:
-    with counted(world) as seen:
+def run(world: DemoWorld, event: dict[str, Any]) -> tuple[dict[str, Any], Reads]:
+    with counted_reads(world, under_the_locks=True) as seen:
         execution = run_planner(world, event)
         assert execution is not None
         described = world.runtime.wait_for(execution, TIMEOUT)
