@@ -641,14 +641,19 @@ def rule_sources(lbs: Iterable[LoadBalancer], bindings: Iterable[Binding]) -> se
     (core/desired.py `source_groups`): a binding with a backend group admits from it alone,
     so behind the controller's shared backend group a load balancer's own groups are not
     read (they are no rule's peer), and the read stays one call at any account size
-    (docs/architecture.md, "The inventory index")."""
+    (docs/architecture.md, "The inventory index"). A binding that admits by address reads
+    them all (the policy draft tells the controller's backend group by them)."""
     chosen = list(bindings)
     return {
         g
         for lb in lbs
         for binding in chosen
         if binding.selects(lb.tags)
-        for g in source_groups(lb, binding)
+        for g in (
+            lb.security_groups
+            if binding.source == "load_balancer_addresses"
+            else source_groups(lb, binding)
+        )
     }
 
 
