@@ -16,6 +16,7 @@ from typing import Any
 from benchmarks import (
     bench_cold_start,
     bench_desired,
+    bench_index,
     bench_locked_reads,
     bench_planner,
     bench_reads,
@@ -403,6 +404,80 @@ def locked_rows(runs: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
+INDEX_SIZES = (100, 500, 1000, 3000)
+INDEX_LAYOUTS = (4, 1)  # target groups per NLB: the LBC's layout, a group per load balancer
+INDEX_PACES = (1.0, 10.0)  # ReadsPerSecond: the default, and the whole documented refill
+# Before the inventory index (main 5affa69, BENCHMARKS.md and issue 18): every execution read
+# the account in the planner, at 3,000 target groups about 3,050 ELBv2 describes, and the
+# event's EC2 describes grew with the account (7 at 100, 9 at 1,000, 13 at 3,000).
+INDEX_BEFORE = {
+    "scheduled": "before (5affa69): the planner read every target group (105 ELBv2 at 100, "
+    "1,016 at 1,000, about 3,050 at 3,000: 9,100 a scheduled execution before issue 18)",
+    "event": "before (5affa69): 2 ELBv2 + 7 EC2 at 100, 9 at 1,000, 13 at 3,000 target groups "
+    "(LBC layout); goal: at most 10 ELBv2 and 2 EC2 per changed group (the LBC: 1)",
+    "fill": "before: no index (every execution read the account)",
+}
+
+
+def index_rows(runs: list[dict[str, Any]]) -> list[Row]:
+    """Issue 18's "Performance" rows: the planner with the inventory index at a size."""
+
+    def part(f: dict[str, Any], timeout: float | None = None) -> str:
+        ops = ", ".join(f"{n} {k.split(' ', 1)[1]}" for k, n in f["by_operation"].items())
+        of = "" if timeout is None else f" of its {timeout:.0f} s"
+        return (
+            f"{f['elbv2_describes']} ELBv2 + {f['ec2_describes']} EC2 describes ({ops}), "
+            f"{f['seconds']:.0f} s{of}, {f['throttled']} throttled"
+        )
+
+    def execution(f: dict[str, Any], timeout: float) -> str:
+        done = f["status"] if "summary" in f else f"{f['status']}: {f.get('cause', '')}"
+        return (
+            f"planner: {part(f['planner'], timeout)}; under the locks: "
+            f"{part(f['under_the_locks'])} ({done})"
+        )
+
+    rows: list[Row] = []
+    for f in runs:
+        n, per_lb, pace = f["target_groups"], f["per_lb"], f["reads_per_second"]
+        layout = (
+            f"LBC layout ({per_lb} per NLB, {f['load_balancers']} NLBs, one shared backend group)"
+            if per_lb > 1
+            else f"a group per load balancer ({f['load_balancers']} NLBs)"
+        )
+        where = f"{n} target groups, {layout}, ReadsPerSecond {pace:g}, under AwsReadLimits"
+        command = (
+            f"python -m benchmarks.bench_index --target-groups {n} --per-lb {per_lb} "
+            f"--reads-per-second {pace:g}"
+        )
+        fill = f["fill"]
+        rows += [
+            (
+                f"First fill of an empty index, {where}",
+                command,
+                f"{fill['runs']} scheduled run(s), {fill['elbv2_describes']} ELBv2 describes, "
+                f"{fill['seconds']:.0f} model s (world built in {f['build_seconds']:.0f} s)",
+                INDEX_BEFORE["fill"],
+            ),
+            (
+                f"Scheduled execution in steady state (index filled and aged as 48 runs leave "
+                f"it) after a drift (a Service whose events were missed), {where}",
+                command,
+                f"{f['scheduled_elbv2']} ELBv2 describes per scheduled execution; "
+                f"{execution(f['scheduled'], f['planner_timeout'])}; the whole account "
+                f"re-verified within {f['period_hours']:g} h",
+                f"goal: at most 900 at 3,000; {INDEX_BEFORE['scheduled']}",
+            ),
+            (
+                f"Event-driven one-target change (a target registered on a new port), {where}",
+                command,
+                execution(f["event"], f["planner_timeout"]),
+                INDEX_BEFORE["event"],
+            ),
+        ]
+    return rows
+
+
 def main() -> None:
     started = time.monotonic()
     print("planning benchmark...", flush=True)
@@ -422,6 +497,15 @@ def main() -> None:
     reads = [bench_reads.event_calls(n) for n in (100, 500)]
     print("reads under the locks, before and after (100, 500, 1,000 target groups)...", flush=True)
     locked = [bench_locked_reads.compare(n, 4, 10.0) for n in LOCKED_SIZES]
+    print(
+        "the inventory index at 100 to 3,000 target groups, two layouts, two paces...", flush=True
+    )
+    indexed = [
+        bench_index.measure(n, per_lb, pace)
+        for n in INDEX_SIZES
+        for per_lb in INDEX_LAYOUTS
+        for pace in INDEX_PACES
+    ]
     print("cold-start benchmark (each handler as deployed, before and after)...", flush=True)
     cold = bench_cold_start.run_benchmark()
     rows = (
@@ -433,6 +517,7 @@ def main() -> None:
         + rollback_rows(rollback)
         + reads_rows(reads)
         + locked_rows(locked)
+        + index_rows(indexed)
     )
     lines = [
         "# Benchmarks",

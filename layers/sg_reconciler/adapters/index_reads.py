@@ -22,7 +22,7 @@ the index, with what the verification found the index had wrong (drift).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sg_reconciler.adapters.inventory import (
@@ -34,7 +34,7 @@ from sg_reconciler.adapters.inventory import (
     chunks,
     split_on_missing,
 )
-from sg_reconciler.core.account import LoadBalancer, Target, TargetGroup, tags_of
+from sg_reconciler.core.account import LoadBalancer, SecurityGroup, Target, TargetGroup, tags_of
 from sg_reconciler.core.inventory_index import (
     Entry,
     IndexedRead,
@@ -52,9 +52,24 @@ from sg_reconciler.core.inventory_index import (
 )
 from sg_reconciler.core.narrow import Narrowing, narrow, narrowable
 from sg_reconciler.core.policy import Policy
+from sg_reconciler.core.rules import Peer, Rule
 from sg_reconciler.core.scope import Scope
 
 ARNS_PER_CALL = 20  # DescribeLoadBalancers / DescribeTargetGroups by ARN, as DescribeTags
+
+
+@dataclass
+class Ec2Reads:
+    """The EC2 reads of one planner invocation, by group: an event's narrow plan that does
+    not stand is planned again from the whole index moments later, in the same invocation,
+    and reads only the groups the first read did not (the rules under the locks are read
+    fresh again by the refresh, docs/architecture.md "Reads"). Never kept across
+    invocations."""
+
+    owned: dict[str, set[Peer]] | None = None
+    rules: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
+    notes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    groups: dict[str, SecurityGroup | None] = field(default_factory=dict)
 
 
 class _IndexedReader(_Reader):
@@ -68,7 +83,9 @@ class _IndexedReader(_Reader):
         period: float,
         max_fresh: int,
         whole_index: bool = False,
+        memo: Ec2Reads | None = None,
     ) -> None:
+        self.memo = Ec2Reads() if memo is None else memo
         self.view, self.event, self.version = view, event, read
         self.period, self.max_fresh = period, max_fresh
         # An event's plan that did not stand is planned again from the whole index (its
@@ -293,6 +310,40 @@ class _IndexedReader(_Reader):
         self.out.append(target_group_entry(model, self.version, entry))
         return found
 
+    # --- security groups (once per invocation, `Ec2Reads`) -----------------------------
+
+    def owned_groups(self) -> dict[str, set[Peer]]:
+        if self.memo.owned is None:
+            self.memo.owned = super().owned_groups()
+        return {g: set(p) for g, p in self.memo.owned.items()}
+
+    def rules(self, group_ids: Iterable[str]) -> list[Rule]:
+        wanted = sorted(set(group_ids))
+        ask = [g for g in wanted if g not in self.memo.rules]
+        if ask:
+            before = len(self.notes)
+            read = super().rules(ask)
+            by_group: dict[str, list[Rule]] = {g: [] for g in ask}
+            for rule in read:
+                by_group.setdefault(rule.group_id, []).append(rule)
+            for g, found in by_group.items():
+                self.memo.rules[g] = tuple(found)
+            for note in self.notes[before:]:
+                g = note.split(":", 1)[0]
+                self.memo.notes[g] = (*self.memo.notes.get(g, ()), note)
+            del self.notes[before:]
+        for g in wanted:
+            self.notes.extend(self.memo.notes.get(g, ()))
+        return [r for g in wanted for r in self.memo.rules.get(g, ())]
+
+    def groups(self, group_ids: Iterable[str]) -> dict[str, SecurityGroup]:
+        wanted = sorted(set(group_ids))
+        ask = [g for g in wanted if g not in self.memo.groups]
+        if ask:
+            found = super().groups(ask)
+            self.memo.groups.update((g, found.get(g)) for g in ask)
+        return {g: sg for g in wanted if (sg := self.memo.groups[g]) is not None}
+
     # --- interfaces ----------------------------------------------------------------------
 
     def instance_groups(self, instance_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
@@ -348,17 +399,20 @@ def read_through_index(
     max_fresh: int,
     quotas: Any = None,
     whole_index: bool = False,
+    memo: Ec2Reads | None = None,
 ) -> IndexedRead:
     """The inventory from the index plus fresh reads: of an event's own objects (`scope` not
     full), or of the schedule's slice (`scope` None or full); `whole_index`: the index alone
-    (after an event's read, whose plan did not stand), no listing."""
+    (after an event's read, whose plan did not stand), no listing. `memo`: the EC2 reads
+    this invocation made already."""
+    memo = Ec2Reads() if memo is None else memo
     reader = _IndexedReader(ec2, elbv2, policy, quotas)
-    reader.setup(view, scope, Version.of_read(now), period_seconds, max_fresh, whole_index)
+    reader.setup(view, scope, Version.of_read(now), period_seconds, max_fresh, whole_index, memo)
     inventory = reader.read()
     if reader.narrow_failed:  # the event names what is gone: its old rules need the listing
         first = reader
         reader = _IndexedReader(ec2, elbv2, policy, quotas)
-        reader.setup(view, None, Version.of_read(now), period_seconds, max_fresh)
+        reader.setup(view, None, Version.of_read(now), period_seconds, max_fresh, memo=memo)
         inventory = reader.read()
         reader.out = [*first.out, *reader.out]
         reader.gone = [*first.gone, *reader.gone]
@@ -426,12 +480,14 @@ def _model(tg: dict[str, Any], targets: Sequence[tuple[str, int | None]]) -> Tar
 @dataclass(frozen=True)
 class IndexFetch:
     """`read_through_index` with the deployment's clients and policy bound (wiring.py), so
-    the use case (app/indexed_plan.py) asks only what to read."""
+    the use case (app/indexed_plan.py) asks only what to read. Made per invocation: its
+    `memo` holds that invocation's EC2 reads (`Ec2Reads`)."""
 
     ec2: Any
     elbv2: Any
     policy: Policy
     quotas: Any = None
+    memo: Ec2Reads = field(default_factory=Ec2Reads)
 
     def __call__(
         self,
@@ -454,4 +510,5 @@ class IndexFetch:
             max_fresh=max_fresh,
             quotas=self.quotas,
             whole_index=whole_index,
+            memo=self.memo,
         )

@@ -41,7 +41,7 @@ from sg_reconciler.core.account import (
     TargetKind,
     tags_of,
 )
-from sg_reconciler.core.desired import ALWAYS_PRESERVED
+from sg_reconciler.core.desired import ALWAYS_PRESERVED, Binding, source_groups
 from sg_reconciler.core.narrow import Narrowing, admitting, narrow, narrowable
 from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.quota import PrefixListSize
@@ -594,9 +594,10 @@ class _Reader:
             owned = set(owned_peers)
             hosts |= owned
         read_lbs = {arn for tg in raw_tgs for arn in tg.get("LoadBalancerArns", [])}
-        peers = {
-            g for lb in lbs if narrowed is None or lb.arn in read_lbs for g in lb.security_groups
-        }
+        peers = rule_sources(
+            (lb for lb in lbs if narrowed is None or lb.arn in read_lbs),
+            policy.desired_settings().bindings,
+        )
         peers |= policy.backend_groups
         peers |= {
             r.key.peer.value
@@ -633,6 +634,27 @@ class _Reader:
             vpc_cidrs=vpc_cidrs,
             narrowed_to=None if narrowed is None else narrowed.peers,
         )
+
+
+def rule_sources(lbs: Iterable[LoadBalancer], bindings: Iterable[Binding]) -> set[str]:
+    """The groups the bindings name as rule sources for these load balancers
+    (core/desired.py `source_groups`): a binding with a backend group admits from it alone,
+    so behind the controller's shared backend group a load balancer's own groups are not
+    read (they are no rule's peer), and the read stays one call at any account size
+    (docs/architecture.md, "The inventory index"). A binding that admits by address reads
+    them all (the policy draft tells the controller's backend group by them)."""
+    chosen = list(bindings)
+    return {
+        g
+        for lb in lbs
+        for binding in chosen
+        if binding.selects(lb.tags)
+        for g in (
+            lb.security_groups
+            if binding.source == "load_balancer_addresses"
+            else source_groups(lb, binding)
+        )
+    }
 
 
 def read_locked(
