@@ -20,6 +20,7 @@ from benchmarks import (
     bench_locked_reads,
     bench_planner,
     bench_reads,
+    bench_revoke_reads,
     bench_rollback,
     bench_scale,
     bench_workflow,
@@ -478,6 +479,34 @@ def index_rows(runs: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
+REVOKE_SIZES = (1000, 3000)
+
+
+def revoke_rows(runs: list[dict[str, Any]]) -> list[Row]:
+    """A revoke that takes traffic away, under the locks, at the default pace: its closure
+    chosen from the inventory index (docs/architecture.md, "Reads")."""
+    rows: list[Row] = []
+    for run in runs:
+        f = run["revoke"]
+        locks = f["under_the_locks"]
+        done = f["status"] if "summary" in f else f"{f['status']}: {f.get('cause', '')}"
+        rows.append(
+            (
+                "A revoke that takes traffic away (a Service deleted, its events missed), "
+                f"{run['target_groups']:,} target groups, LBC layout, ReadsPerSecond "
+                f"{run['reads_per_second']:g}, under AwsReadLimits",
+                "python -m benchmarks.bench_revoke_reads --target-groups "
+                f"{run['target_groups']} --here",
+                f"under the locks: {locks['elbv2_describes']} ELBv2 + {locks['ec2_describes']} "
+                f"EC2 describes, {locks['seconds']:.0f} s, {locks['throttled']} throttled "
+                f"({done})",
+                "before (193fdeb): ReadsOutOfTime under the locks at 1,000 and 3,000 target "
+                "groups (one DescribeTargetHealth per target group of the shared backend group)",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     started = time.monotonic()
     print("planning benchmark...", flush=True)
@@ -506,6 +535,8 @@ def main() -> None:
         for per_lb in INDEX_LAYOUTS
         for pace in INDEX_PACES
     ]
+    print("a revoke under the locks at 1,000 and 3,000 target groups...", flush=True)
+    revokes = [bench_revoke_reads.measure(n, 4, 1.0) for n in REVOKE_SIZES]
     print("cold-start benchmark (each handler as deployed, before and after)...", flush=True)
     cold = bench_cold_start.run_benchmark()
     rows = (
@@ -518,6 +549,7 @@ def main() -> None:
         + reads_rows(reads)
         + locked_rows(locked)
         + index_rows(indexed)
+        + revoke_rows(revokes)
     )
     lines = [
         "# Benchmarks",
