@@ -72,7 +72,63 @@ class Ec2Reads:
     groups: dict[str, SecurityGroup | None] = field(default_factory=dict)
 
 
-class _IndexedReader(_Reader):
+class _InterfacesFromIndex(_Reader):
+    """Interfaces' groups from the index where it knows them afresh (within the period),
+    else from EC2 (filtered by id); what EC2 said goes back as entries for the index."""
+
+    view: IndexView
+    version: Version
+    period: float
+    out: list[Entry]
+
+    def _read_anyway(self, key: str) -> bool:
+        """A target the read must see fresh, whatever the index holds."""
+        return False
+
+    def _known(self, key: str) -> Entry | None:
+        entry = self.view.targets.get(key)
+        if (
+            entry is None
+            or self._read_anyway(key)
+            or entry.stale(self.version.seconds(), self.period)
+        ):
+            return None
+        return entry
+
+    def instance_groups(self, instance_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        result: dict[str, tuple[str, ...]] = {}
+        ask = []
+        for iid in sorted(set(instance_ids)):
+            if (entry := self._known(iid)) is None:
+                ask.append(iid)
+            else:
+                result[iid] = tuple(entry.doc.get("groups", ()))
+        read = super().instance_groups(ask) if ask else {}
+        self.out += [target_entry(i, g, i, self.version) for i, g in read.items()]
+        result.update(read)
+        return result
+
+    def ip_interfaces(
+        self, addresses: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[tuple[str, ...], str | None]]:
+        result: dict[tuple[str, str], tuple[tuple[str, ...], str | None]] = {}
+        ask = []
+        for vpc, ip in sorted(set(addresses)):
+            if (entry := self._known(target_key("ip", vpc, ip))) is None:
+                ask.append((vpc, ip))
+            else:
+                result[(vpc, ip)] = (
+                    tuple(entry.doc.get("groups", ())),
+                    entry.doc.get("instance_id"),
+                )
+        read = super().ip_interfaces(ask) if ask else {}
+        for (vpc, ip), (groups, instance) in read.items():
+            self.out.append(target_entry(target_key("ip", vpc, ip), groups, instance, self.version))
+        result.update(read)
+        return result
+
+
+class _IndexedReader(_InterfacesFromIndex):
     """`_Reader` with its ELBv2 half and interface lookups served from the index."""
 
     def setup(
@@ -344,47 +400,9 @@ class _IndexedReader(_Reader):
             self.memo.groups.update((g, found.get(g)) for g in ask)
         return {g: sg for g in wanted if (sg := self.memo.groups[g]) is not None}
 
-    # --- interfaces ----------------------------------------------------------------------
-
-    def instance_groups(self, instance_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
-        known = self.view.targets
-        result: dict[str, tuple[str, ...]] = {}
-        ask = []
-        for iid in sorted(set(instance_ids)):
-            entry = known.get(iid)
-            if entry is None or iid in self.fresh_instances or self._due(entry):
-                ask.append(iid)
-            else:
-                result[iid] = tuple(entry.doc.get("groups", ()))
-        read = super().instance_groups(ask) if ask else {}
-        for iid, groups in read.items():
-            self.out.append(target_entry(iid, groups, iid, self.version))
-        result.update(read)
-        return result
-
-    def ip_interfaces(
-        self, addresses: Iterable[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[tuple[str, ...], str | None]]:
-        known = self.view.targets
-        result: dict[tuple[str, str], tuple[tuple[str, ...], str | None]] = {}
-        ask = []
-        for vpc, ip in sorted(set(addresses)):
-            entry = known.get(target_key("ip", vpc, ip))
-            if entry is None or self._due(entry):
-                ask.append((vpc, ip))
-            else:
-                result[(vpc, ip)] = (
-                    tuple(entry.doc.get("groups", ())),
-                    entry.doc.get("instance_id"),
-                )
-        read = super().ip_interfaces(ask) if ask else {}
-        for (vpc, ip), (groups, instance) in read.items():
-            self.out.append(target_entry(target_key("ip", vpc, ip), groups, instance, self.version))
-        result.update(read)
-        return result
-
-    def _due(self, entry: Entry) -> bool:
-        return entry.stale(self.version.seconds(), self.period)
+    def _read_anyway(self, key: str) -> bool:
+        """The event's own instances are read fresh, whatever the index holds."""
+        return key in self.fresh_instances
 
 
 def read_through_index(

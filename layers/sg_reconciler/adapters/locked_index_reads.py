@@ -13,18 +13,15 @@ contradicted by the fresh read), which holds the revokes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sg_reconciler.adapters.index_reads import _model
-from sg_reconciler.adapters.inventory import _Reader
+from sg_reconciler.adapters.index_reads import _InterfacesFromIndex, _model
 from sg_reconciler.core.account import LoadBalancer, TargetGroup
 from sg_reconciler.core.inventory_index import (
     Entry,
     IndexView,
     Version,
-    target_entry,
     target_group_entry,
     target_key,
 )
@@ -34,7 +31,7 @@ from sg_reconciler.core.revoke_closure import LockedIndexRead, candidates, contr
 from sg_reconciler.core.scope import Locked
 
 
-class _LockedIndexReader(_Reader):
+class _LockedIndexReader(_InterfacesFromIndex):
     """`_Reader` under the locks, reading fresh only the closure's candidates."""
 
     def setup(self, view: IndexView, read: Version, period: float) -> None:
@@ -81,43 +78,9 @@ class _LockedIndexReader(_Reader):
             self.fresh_models[arn] = _model(tg, found)
         return found
 
-    def instance_groups(self, instance_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
-        result: dict[str, tuple[str, ...]] = {}
-        ask = []
-        for iid in sorted(set(instance_ids)):
-            entry = self.view.targets.get(iid)
-            if iid in self.fresh_ids or entry is None or self._due(entry):
-                ask.append(iid)
-            else:
-                result[iid] = tuple(entry.doc.get("groups", ()))
-        read = super().instance_groups(ask) if ask else {}
-        self.out += [target_entry(i, g, i, self.version) for i, g in read.items()]
-        result.update(read)
-        return result
-
-    def ip_interfaces(
-        self, addresses: Iterable[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[tuple[str, ...], str | None]]:
-        result: dict[tuple[str, str], tuple[tuple[str, ...], str | None]] = {}
-        ask = []
-        for vpc, ip in sorted(set(addresses)):
-            key = target_key("ip", vpc, ip)
-            entry = self.view.targets.get(key)
-            if key in self.fresh_ids or entry is None or self._due(entry):
-                ask.append((vpc, ip))
-            else:
-                result[(vpc, ip)] = (
-                    tuple(entry.doc.get("groups", ())),
-                    entry.doc.get("instance_id"),
-                )
-        read = super().ip_interfaces(ask) if ask else {}
-        for (vpc, ip), (groups, instance) in read.items():
-            self.out.append(target_entry(target_key("ip", vpc, ip), groups, instance, self.version))
-        result.update(read)
-        return result
-
-    def _due(self, entry: Entry) -> bool:
-        return entry.stale(self.version.seconds(), self.period)
+    def _read_anyway(self, key: str) -> bool:
+        """The candidates' targets are read fresh, whatever the index holds."""
+        return key in self.fresh_ids
 
 
 def read_locked_through_index(
