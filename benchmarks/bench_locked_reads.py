@@ -227,8 +227,16 @@ def measure(
 def measure_before(
     target_groups: int, per_lb: int, reads_per_second: float, ref: str = BEFORE
 ) -> dict[str, Any]:
-    """`measure` on the code of `ref`: this module in a subprocess whose layers and tools
-    come from `git archive ref` (this tree's benchmarks package, that tree's product)."""
+    """`measure` on the code of `ref` (`on_code_of`)."""
+    return on_code_of(ref, "benchmarks.bench_locked_reads", target_groups, per_lb, reads_per_second)
+
+
+def on_code_of(
+    ref: str, module: str, target_groups: int, per_lb: int, reads_per_second: float
+) -> dict[str, Any]:
+    """A benchmark module's `--here` run on the code of `ref`: a subprocess whose layers,
+    tools and functions come from `git archive ref` (this tree's benchmarks package, that
+    tree's product); its one JSON line, with the ref."""
     with tempfile.TemporaryDirectory(prefix="sg-before-") as where:
         archive = subprocess.run(
             ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
@@ -241,7 +249,7 @@ def measure_before(
         args = [
             sys.executable,
             "-m",
-            "benchmarks.bench_locked_reads",
+            module,
             "--target-groups",
             str(target_groups),
             "--per-lb",

@@ -21,12 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-import tarfile
-import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +30,7 @@ from sg_reconciler_tools.demo.world import DemoWorld, scheduled_event
 from sg_reconciler_tools.local import LocalRuntime
 from sg_reconciler_tools.local.rate_limit import AwsReadLimits, ScaledClock
 
-from benchmarks.bench_locked_reads import FIRST_PORT, SCALE, TIMEOUT, build, execute
+from benchmarks.bench_locked_reads import FIRST_PORT, SCALE, TIMEOUT, build, execute, on_code_of
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "193fdeb"  # main before the revoke's closure came from the index
@@ -111,33 +106,8 @@ def measure(target_groups: int, per_lb: int, reads_per_second: float) -> dict[st
 def measure_before(
     target_groups: int, per_lb: int, reads_per_second: float, ref: str = BEFORE
 ) -> dict[str, Any]:
-    """`measure` on the code of `ref` (its layers, tools and functions first on PYTHONPATH,
-    this tree's benchmarks package), in a subprocess."""
-    with tempfile.TemporaryDirectory(prefix="sg-before-") as where:
-        archive = subprocess.run(
-            ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
-        ).stdout
-        with tarfile.open(fileobj=BytesIO(archive)) as tar:
-            tar.extractall(where, filter="data")
-        env = dict(os.environ)
-        paths = [str(Path(where) / d) for d in ("layers", "tools", "functions")]
-        env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
-        args = [
-            sys.executable,
-            "-m",
-            "benchmarks.bench_revoke_reads",
-            "--target-groups",
-            str(target_groups),
-            "--per-lb",
-            str(per_lb),
-            "--reads-per-second",
-            str(reads_per_second),
-            "--here",
-        ]
-        done = subprocess.run(args, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        result["code"] = ref
-        return result
+    """`measure` on the code of `ref` (`bench_locked_reads.on_code_of`)."""
+    return on_code_of(ref, "benchmarks.bench_revoke_reads", target_groups, per_lb, reads_per_second)
 
 
 def main() -> None:
