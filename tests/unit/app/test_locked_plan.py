@@ -297,16 +297,8 @@ def applied(rules: list[Rule], plan: Plan) -> list[Rule]:
     return list(now.values())
 
 
-@given(narrow_reads.accounts(), st.data())
-def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
-    case: tuple[Inventory, Policy, Scope], data: st.DataObject
-) -> None:
-    # Given the planner's plan from one read, and the account changed since (targets moved)
-    before, chosen, _ = case
-    planned_live = plan_from_inventory(before, chosen, Scope.everything(), partial=True)
-    if not isinstance(planned_live.result, Plan) or not planned_live.result.steps:
-        return
-    plan = planned_live.result
+def _targets_moved(before: Inventory, data: st.DataObject) -> Inventory:
+    """The account after targets moved: some target groups lose targets or change ports."""
     moved = tuple(
         replace(
             tg,
@@ -320,7 +312,31 @@ def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
         else tg
         for tg in before.target_groups
     )
-    now = replace(before, target_groups=moved)
+    return replace(before, target_groups=moved)
+
+
+def _assert_needed_traffic_kept(now: Inventory, chosen: Policy, plan: Plan, locked: Plan) -> None:
+    """No traffic the account needs now and the rules allow now is taken away by `locked`."""
+    needed = compute_desired(now, chosen.desired_settings()).rules
+    current = [r for r in now.rules if r.group_id in plan.groups]
+    after = applied(current, locked)
+    for group in plan.groups:
+        kept = Traffic.of([r for r in current if r.group_id == group])
+        kept &= Traffic.of([r for r in needed if r.group_id == group])
+        assert kept <= Traffic.of([r for r in after if r.group_id == group]), group
+
+
+@given(narrow_reads.accounts(), st.data())
+def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
+    case: tuple[Inventory, Policy, Scope], data: st.DataObject
+) -> None:
+    # Given the planner's plan from one read, and the account changed since (targets moved)
+    before, chosen, _ = case
+    planned_live = plan_from_inventory(before, chosen, Scope.everything(), partial=True)
+    if not isinstance(planned_live.result, Plan) or not planned_live.result.steps:
+        return
+    plan = planned_live.result
+    now = _targets_moved(before, data)
     # When the refresh plans under the locks
     reader = Reader(now, chosen)
     planned = planned_by(planned_live, plan)
@@ -329,13 +345,7 @@ def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
         return
     event("revokes" if revoked(live) else "no revoke")
     # Then no traffic the account needs now and the rules allow now is taken away
-    needed = compute_desired(now, chosen.desired_settings()).rules
-    current = [r for r in now.rules if r.group_id in plan.groups]
-    after = applied(current, live.result)
-    for group in plan.groups:
-        kept = Traffic.of([r for r in current if r.group_id == group])
-        kept &= Traffic.of([r for r in needed if r.group_id == group])
-        assert kept <= Traffic.of([r for r in after if r.group_id == group]), group
+    _assert_needed_traffic_kept(now, chosen, plan, live.result)
     # and only rules the planner planned to take away went
     assert revoked(live) <= planned.stale
 
@@ -424,20 +434,7 @@ def test_through_the_index_a_revoke_never_takes_away_what_the_account_now_needs(
     if not isinstance(planned_live.result, Plan) or not planned_live.result.steps:
         return
     plan = planned_live.result
-    moved = tuple(
-        replace(
-            tg,
-            targets=tuple(
-                replace(t, port=data.draw(st.sampled_from(narrow_reads.PORTS)))
-                for t in tg.targets
-                if data.draw(st.booleans())
-            ),
-        )
-        if data.draw(st.booleans())
-        else tg
-        for tg in before.target_groups
-    )
-    now = replace(before, target_groups=moved)
+    now = _targets_moved(before, data)
     # When the refresh plans under the locks through the index
     reader = IndexedReader(now, chosen, index=before)
     planned = planned_by(planned_live, plan)
@@ -446,11 +443,5 @@ def test_through_the_index_a_revoke_never_takes_away_what_the_account_now_needs(
         return
     event("revokes" if revoked(live) else "no revoke")
     # Then no traffic the account needs now and the rules allow now is taken away
-    needed = compute_desired(now, chosen.desired_settings()).rules
-    current = [r for r in now.rules if r.group_id in plan.groups]
-    after = applied(current, live.result)
-    for group in plan.groups:
-        kept = Traffic.of([r for r in current if r.group_id == group])
-        kept &= Traffic.of([r for r in needed if r.group_id == group])
-        assert kept <= Traffic.of([r for r in after if r.group_id == group]), group
+    _assert_needed_traffic_kept(now, chosen, plan, live.result)
     assert revoked(live) <= planned.stale
