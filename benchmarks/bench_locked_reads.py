@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -272,12 +273,22 @@ def compare(target_groups: int, per_lb: int, reads_per_second: float) -> dict[st
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target-groups", type=int, default=100)
+def before_and_after_cli(
+    description: str,
+    measure: Callable[[int, int, float], dict[str, Any]],
+    measure_before: Callable[[int, int, float, str], dict[str, Any]],
+    *,
+    target_groups: int,
+    reads_per_second: float,
+    before: str = BEFORE,
+) -> None:
+    """The command line of a benchmark that compares this tree with `--before`: both as
+    JSON, or `--here` this tree's alone on one line (what `on_code_of` reads)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--target-groups", type=int, default=target_groups)
     parser.add_argument("--per-lb", type=int, default=4)
-    parser.add_argument("--reads-per-second", type=float, default=10.0)
-    parser.add_argument("--before", default=BEFORE, help="the code to compare with")
+    parser.add_argument("--reads-per-second", type=float, default=reads_per_second)
+    parser.add_argument("--before", default=before, help="the code to compare with")
     parser.add_argument("--here", action="store_true", help="this tree's code only, one line")
     args = parser.parse_args()
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
@@ -293,6 +304,12 @@ def main() -> None:
         "after": measure(args.target_groups, args.per_lb, args.reads_per_second),
     }
     print(json.dumps(figures, indent=2))
+
+
+def main() -> None:
+    before_and_after_cli(
+        __doc__.splitlines()[0], measure, measure_before, target_groups=100, reads_per_second=10.0
+    )
 
 
 if __name__ == "__main__":

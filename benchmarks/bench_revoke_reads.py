@@ -18,9 +18,6 @@ and model seconds, and how the execution ended.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,15 @@ from sg_reconciler_tools.demo.world import DemoWorld, scheduled_event
 from sg_reconciler_tools.local import LocalRuntime
 from sg_reconciler_tools.local.rate_limit import AwsReadLimits, ScaledClock
 
-from benchmarks.bench_locked_reads import FIRST_PORT, SCALE, TIMEOUT, build, execute, on_code_of
+from benchmarks.bench_locked_reads import (
+    FIRST_PORT,
+    SCALE,
+    TIMEOUT,
+    before_and_after_cli,
+    build,
+    execute,
+    on_code_of,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "193fdeb"  # main before the revoke's closure came from the index
@@ -111,26 +116,14 @@ def measure_before(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target-groups", type=int, default=1000)
-    parser.add_argument("--per-lb", type=int, default=4)
-    parser.add_argument("--reads-per-second", type=float, default=1.0)
-    parser.add_argument("--before", default=BEFORE, help="the code to compare with")
-    parser.add_argument("--here", action="store_true", help="this tree's code only, one line")
-    args = parser.parse_args()
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
-        os.environ.setdefault(name, value)
-    if args.here:
-        figures = measure(args.target_groups, args.per_lb, args.reads_per_second)
-        print(json.dumps(figures, separators=(",", ":")))
-        return
-    figures = {
-        "before": measure_before(
-            args.target_groups, args.per_lb, args.reads_per_second, args.before
-        ),
-        "after": measure(args.target_groups, args.per_lb, args.reads_per_second),
-    }
-    print(json.dumps(figures, indent=2))
+    before_and_after_cli(
+        __doc__.splitlines()[0],
+        measure,
+        measure_before,
+        target_groups=1000,
+        reads_per_second=1.0,
+        before=BEFORE,
+    )
 
 
 if __name__ == "__main__":
