@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
+from integration.adapters.tables import create_table
 from moto import mock_aws
 from sg_reconciler.adapters.index_table import IndexTable
 from sg_reconciler.app.indexed_plan import load_view, record_changes, write_entries
@@ -29,18 +30,7 @@ T0 = 1_800_000_000.0
 def index() -> Iterator[IndexTable]:
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="eu-west-1")
-        dynamodb.create_table(
-            TableName=TABLE,
-            AttributeDefinitions=[
-                {"AttributeName": "kind", "AttributeType": "S"},
-                {"AttributeName": "key", "AttributeType": "S"},
-            ],
-            KeySchema=[
-                {"AttributeName": "kind", "KeyType": "HASH"},
-                {"AttributeName": "key", "KeyType": "RANGE"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_table(dynamodb, TABLE, "kind", "key")
         yield IndexTable(dynamodb, TABLE)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
+from integration.adapters.tables import create_table
 from moto import mock_aws
 from sg_reconciler.adapters import plan_store as plan_store_module
 from sg_reconciler.adapters.executions import start_execution
@@ -20,18 +21,7 @@ TABLE = "plans"
 def store() -> Iterator[PlanStore]:
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="eu-west-1")
-        dynamodb.create_table(
-            TableName=TABLE,
-            AttributeDefinitions=[
-                {"AttributeName": "plan", "AttributeType": "S"},
-                {"AttributeName": "part", "AttributeType": "S"},
-            ],
-            KeySchema=[
-                {"AttributeName": "plan", "KeyType": "HASH"},
-                {"AttributeName": "part", "KeyType": "RANGE"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_table(dynamodb, TABLE, "plan", "part")
         yield PlanStore(dynamodb, TABLE, clock=lambda: 1_000_000.0)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
+from integration.adapters.tables import create_table
 from moto import mock_aws
 from sg_reconciler.adapters.deployment import RevocationLog
 from sg_reconciler.core.brake import WindowCount
@@ -27,12 +28,7 @@ class Clock:
 def dynamodb() -> Iterator[Any]:
     with mock_aws():
         client = boto3.client("dynamodb", region_name="eu-west-1")
-        client.create_table(
-            TableName=TABLE,
-            AttributeDefinitions=[{"AttributeName": "group_id", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "group_id", "KeyType": "HASH"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_table(client, TABLE, "group_id")
         yield client
 
 

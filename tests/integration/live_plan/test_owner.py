@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import boto3
 import pytest
+from integration.adapters.tables import create_table
 from moto import mock_aws
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases, check_owner_claim
 from sg_reconciler.errors import BadConfiguration
@@ -52,12 +53,7 @@ def test_two_stacks_in_one_account_cannot_share_an_owner() -> None:
 @mock_aws
 def test_a_brake_release_names_one_fingerprint_and_expires() -> None:
     dynamodb = boto3.client("dynamodb", region_name="eu-west-1")
-    dynamodb.create_table(
-        TableName="locks",
-        KeySchema=[{"AttributeName": "group_id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "group_id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_table(dynamodb, "locks", "group_id")
     now = [1_000_000.0]
     releases = BrakeReleases(dynamodb, "locks", clock=lambda: now[0])
     # A set the brake does not hold cannot be released, and nothing is written
