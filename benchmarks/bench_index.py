@@ -30,12 +30,20 @@ from typing import Any
 from sg_reconciler.adapters.index_table import IndexTable
 from sg_reconciler.app.indexed_plan import load_view
 from sg_reconciler.core.inventory_index import KINDS, Version, slice_size
-from sg_reconciler_tools.demo.play import TEMPLATE, deliver_events, quiet_handlers, run_planner
-from sg_reconciler_tools.demo.world import DemoWorld, cloudtrail_event, scheduled_event
+from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, run_planner
+from sg_reconciler_tools.demo.world import DemoWorld, scheduled_event
 from sg_reconciler_tools.local import LocalRuntime
 from sg_reconciler_tools.local.rate_limit import AwsReadLimits, ScaledClock
 
-from benchmarks.bench_locked_reads import FIRST_PORT, SCALE, TIMEOUT, build, execute, service
+from benchmarks.bench_locked_reads import (
+    FIRST_PORT,
+    SCALE,
+    TIMEOUT,
+    build,
+    execute,
+    new_port_event,
+    service,
+)
 
 SCHEDULE_SECONDS = 900.0  # the drift-repair schedule's rate (template.yaml)
 PERIOD_SECONDS = 43_200.0  # VerificationPeriodSeconds' default
@@ -102,12 +110,7 @@ def measure(target_groups: int, per_lb: int, reads_per_second: float) -> dict[st
             top = FIRST_PORT + target_groups
             service(world, world.load_balancer_arn, top, 80 + per_lb)  # its events missed
             scheduled = execute(world, model, scheduled_event())
-            port, tg = top + 1, world.target_groups[FIRST_PORT]
-            target: Any = {"Id": world.instances[0], "Port": port}
-            runtime.clients.elbv2.register_targets(TargetGroupArn=tg, Targets=[target])
-            request = {"targetGroupArn": tg, "targets": [{"id": target["Id"], "port": port}]}
-            batch = deliver_events(world, [cloudtrail_event("RegisterTargets", request, None)])
-            event = execute(world, model, batch)
+            event = new_port_event(world, model, top + 1)
     health = scheduled["planner"]["by_operation"].get("elbv2 DescribeTargetHealth", 0)
     slice_read = max(1, health - 1)  # besides the missed target group
     return {

@@ -209,13 +209,7 @@ def measure(
             if scheduled_run:
                 service(world, world.load_balancer_arn, top, 80 + per_lb)
                 scheduled = execute(world, model, scheduled_event())
-            # One target registered on a new port, and its event.
-            port, tg = top + 1, world.target_groups[FIRST_PORT]
-            target: Any = {"Id": world.instances[0], "Port": port}
-            runtime.clients.elbv2.register_targets(TargetGroupArn=tg, Targets=[target])
-            request = {"targetGroupArn": tg, "targets": [{"id": target["Id"], "port": port}]}
-            batch = deliver_events(world, [cloudtrail_event("RegisterTargets", request, None)])
-            event = execute(world, model, batch)
+            event = new_port_event(world, model, top + 1)
     return {
         "target_groups": target_groups,
         "per_lb": per_lb,
@@ -223,6 +217,17 @@ def measure(
         "scheduled": scheduled,
         "event": event,
     }
+
+
+def new_port_event(world: DemoWorld, model: AwsReadLimits, port: int) -> dict[str, Any]:
+    """One target registered on a new port (`port`) with its event, the execution to the end:
+    the event-driven one-target change."""
+    tg = world.target_groups[FIRST_PORT]
+    target: Any = {"Id": world.instances[0], "Port": port}
+    world.runtime.clients.elbv2.register_targets(TargetGroupArn=tg, Targets=[target])
+    request = {"targetGroupArn": tg, "targets": [{"id": target["Id"], "port": port}]}
+    batch = deliver_events(world, [cloudtrail_event("RegisterTargets", request, None)])
+    return execute(world, model, batch)
 
 
 def measure_before(
