@@ -355,10 +355,14 @@ def planner_run(
     return PlannerRun(answer, [wait(arn) for arn in started])
 
 
-def converge(world: DemoWorld, rounds: int = 2) -> bool:
-    """Scheduled reconciles (at most `rounds`) until a fresh plan has no steps left."""
-    for _ in range(rounds):
+def converge(world: DemoWorld, rounds: int = 2, pause: float = 0.0) -> bool:
+    """Scheduled reconciles (at most `rounds`) until a fresh plan has no steps left; `pause`
+    seconds between them lets each run's verification be its own (the inventory index's
+    versions count whole seconds, and a schedule's runs are minutes apart)."""
+    for round_ in range(rounds):
         if plan_steps(world) == 0:
             return True
+        if round_ and pause:
+            time.sleep(pause)
         planner_run(world)
     return plan_steps(world) == 0
