@@ -5,14 +5,14 @@ interface lookups served from the index), except:
 
 - an event's own load balancers and target groups are read fresh (a few calls: the load
   balancers by ARN with their tags, the target groups by ARN or by load balancer, and one
-  DescribeTargetHealth per target group), and so are the interfaces of their targets and of
-  the instances the event names;
-- the schedule lists the load balancers with their tags and the target groups (a few paged
-  calls, one per 20 load balancers for tags), and reads the targets of the target groups
-  the index lacks or verified longest ago (`core/inventory_index.to_verify`),
-  at most `max_fresh` of them;
-- every other target group's targets, and every known interface's groups, come from the
-  index.
+  DescribeTargetHealth per target group), and so are the interfaces the index does not know
+  afresh and those of the instances whose groups the event changed;
+- the schedule lists the load balancers and the target groups (a few paged calls), reads
+  the tags (one call per 20) of the load balancers the index lacks or verified longest
+  ago, and the targets of the target groups the index lacks or verified longest ago
+  (`core/inventory_index.to_verify`), at most `max_fresh` of them;
+- every other load balancer's tags, target group's targets and known interface's groups
+  come from the index.
 
 The security groups and their rules are always read fresh (EC2, filtered by group id), so a
 plan's current state is never the index's. What was read fresh is handed back as entries for
@@ -44,6 +44,8 @@ from sg_reconciler.core.inventory_index import (
     drift,
     load_balancer_entry,
     load_balancer_of,
+    owned_entry,
+    owned_of,
     slice_size,
     target_entry,
     target_group_entry,
@@ -169,7 +171,7 @@ class _IndexedReader(_InterfacesFromIndex):
         self.gone: list[tuple[Kind, str]] = []
         self.unread = 0
         self.stale = 0
-        self.fresh_instances = set(event.instance_ids) if event is not None else set()
+        self.fresh_instances = set(event.regrouped_instances) if event is not None else set()
 
     # --- load balancers ----------------------------------------------------------------
 
@@ -196,9 +198,12 @@ class _IndexedReader(_InterfacesFromIndex):
         )
 
     def _listed_load_balancers(self) -> dict[str, LoadBalancer]:
-        """Every load balancer (paged) with its tags (one call per 20): which load balancers
-        the policy selects is what the scope and the brake stand on, so the schedule reads it
-        whole every run; the index's entries are rewritten when changed or due."""
+        """Every load balancer (paged), and the tags (one call per 20) of those the index
+        lacks and of a slice verified longest ago, as the target groups' targets: the other
+        load balancers' tags come from the index, kept by AddTags and RemoveTags events. A
+        revoke never rests on them: under the locks its closure reads the tags fresh. The
+        index's entries are rewritten when changed or due; a due entry whose tags were wrong
+        is drift."""
         docs: list[dict[str, Any]] = []
         paginator = self.elbv2.get_paginator("describe_load_balancers")
         for page in paginator.paginate(PaginationConfig={"PageSize": ELB_PAGE_SIZE}):
@@ -208,17 +213,24 @@ class _IndexedReader(_InterfacesFromIndex):
         arns = [d["LoadBalancerArn"] for d in docs]
         known = sorted((a for a in arns if a in held), key=lambda a: (_age(held[a]), a))
         due = set(known[: slice_size(len(arns), self.period, self._interval(held.values()))])
-        tags = self._tags(arns)
-        self.listing_calls += -(-len(arns) // TAG_CHUNK)
+        asked = [a for a in arns if a not in held or a in due]
+        tags = self._tags(asked)
+        self.listing_calls += -(-len(asked) // TAG_CHUNK)
         self.gone += [("lb", a) for a in held if a not in set(arns)]
         found: dict[str, LoadBalancer] = {}
         for doc in docs:
             arn = doc["LoadBalancerArn"]
-            if arn not in tags:
+            entry = held.get(arn)
+            if arn in tags:
+                lb = _load_balancer(doc, tags[arn])
+                if entry is not None and load_balancer_of(entry).tags != lb.tags:
+                    self.found_drift.append(f"{arn}: its tags changed")
+            elif arn not in asked and entry is not None:
+                lb = _load_balancer(doc, dict(load_balancer_of(entry).tags))
+            else:
                 continue  # gone between the listing and its tags
-            lb = _load_balancer(doc, tags[arn])
             found[arn] = lb
-            if arn in due or _changed(held.get(arn), lb):
+            if arn in due or _changed(entry, lb):
                 self.out.append(load_balancer_entry(lb, self.version))
         return found
 
@@ -369,9 +381,35 @@ class _IndexedReader(_InterfacesFromIndex):
     # --- security groups (once per invocation, `Ec2Reads`) -----------------------------
 
     def owned_groups(self) -> dict[str, set[Peer]]:
+        """A read that lists the account (the schedule's) scans it for the groups that hold
+        our rules (one paged call) and keeps what it found in the index; an event's read of
+        its own objects takes them from there while that is younger than the period
+        (`owned_entry`: they only widen its read, so a group that got its first rule since
+        is reached by the schedule)."""
         if self.memo.owned is None:
-            self.memo.owned = super().owned_groups()
+            held = self.view.owned.get(self.policy.owner)
+            if not self.listing and held is not None and not self._stale(held):
+                self.memo.owned = {
+                    g: {Peer("group", p) for p in peers} for g, peers in owned_of(held).items()
+                }
+            else:
+                self.memo.owned = super().owned_groups()
+                found = {
+                    g: {p.value for p in peers if p.kind == "group"}
+                    for g, peers in self.memo.owned.items()
+                }
+                kept = owned_entry(self.policy.owner, found, self.version)
+                if kept is None and held is not None:  # too many to keep: events scan
+                    self.gone.append(("owned", self.policy.owner))
+                elif kept is not None and (
+                    held is None or owned_of(held) != found or self._stale(held, 0.5)
+                ):
+                    self.out.append(kept)
         return {g: set(p) for g, p in self.memo.owned.items()}
+
+    def _stale(self, entry: Entry, share: float = 1.0) -> bool:
+        """Older than `share` of the verification period."""
+        return entry.stale(self.version.seconds(), self.period * share)
 
     def rules(self, group_ids: Iterable[str]) -> list[Rule]:
         wanted = sorted(set(group_ids))
@@ -401,7 +439,8 @@ class _IndexedReader(_InterfacesFromIndex):
         return {g: sg for g in wanted if (sg := self.memo.groups[g]) is not None}
 
     def _read_anyway(self, key: str) -> bool:
-        """The event's own instances are read fresh, whatever the index holds."""
+        """An instance whose groups the event changed is read fresh, whatever the index
+        holds."""
         return key in self.fresh_instances
 
 

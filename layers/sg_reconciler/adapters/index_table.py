@@ -2,7 +2,8 @@
 
 One table, key (`kind`, `key`): `tg` items per target group (its targets and ports, load
 balancers, protocol, port and health-check port), `lb` items per load balancer (type,
-scheme, groups, tags) and `target` items per target interface or instance (its groups).
+scheme, groups, tags), `target` items per target interface or instance (its groups) and
+one `owned` item per owner (the groups that hold its rules, with their peers).
 Each item's `version` attribute is the newest event or read it reflects; a write is
 conditional on the version the writer read (or on the item being absent), so two planners,
 or an event and a verification, never overwrite each other's newer word: the loser reads

@@ -82,7 +82,12 @@ def load_view(index: InventoryIndex) -> IndexView:
 
 
 def _all(view: IndexView) -> list[Entry]:
-    return [*view.target_groups.values(), *view.load_balancers.values(), *view.targets.values()]
+    return [
+        *view.target_groups.values(),
+        *view.load_balancers.values(),
+        *view.targets.values(),
+        *view.owned.values(),
+    ]
 
 
 # `read_through_index` with the deployment's clients bound (adapters/index_reads.IndexFetch)

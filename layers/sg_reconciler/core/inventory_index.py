@@ -17,6 +17,7 @@ condition that the version it read is still there.
 from __future__ import annotations
 
 import calendar
+import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,11 +33,14 @@ from sg_reconciler.core.account import (
     tags_of,
 )
 
-Kind = Literal["tg", "lb", "target"]
-KINDS: tuple[Kind, ...] = ("tg", "lb", "target")
+Kind = Literal["tg", "lb", "target", "owned"]
+KINDS: tuple[Kind, ...] = ("tg", "lb", "target", "owned")
 # The whole account is re-read every 12 hours: at the schedule's 15 minutes, 48 runs share
 # it, so 3,000 target groups cost 63 DescribeTargetHealth a run (docs/architecture.md).
 DEFAULT_VERIFICATION_PERIOD_SECONDS = 43_200
+# The owned groups' entry stays well inside a DynamoDB item (400 KB, name and body together):
+# about 6,000 groups with one peer each.
+OWNED_ENTRY_BYTES = 300_000
 
 
 @dataclass(frozen=True, order=True)
@@ -206,6 +210,21 @@ def target_entry(key: str, groups: Sequence[str], instance_id: str | None, read:
     return Entry("target", key, {"groups": list(groups), "instance_id": instance_id}, read, read)
 
 
+def owned_entry(owner: str, owned: Mapping[str, Iterable[str]], read: Version) -> Entry | None:
+    """The groups that hold a rule with `owner`'s tag, each with the groups those rules admit,
+    as the schedule's scan found them: an event's plan takes them from here instead of
+    scanning the account (they only widen what it reads; the schedule scans every run).
+    None when it would not fit in one item (events then scan)."""
+    groups = {g: sorted(set(peers)) for g, peers in sorted(owned.items())}
+    if len(json.dumps(groups, separators=(",", ":"))) > OWNED_ENTRY_BYTES:
+        return None
+    return Entry("owned", owner, {"groups": groups}, read, read)
+
+
+def owned_of(entry: Entry) -> dict[str, set[str]]:
+    return {str(g): {str(p) for p in peers} for g, peers in entry.doc.get("groups", {}).items()}
+
+
 def target_key(kind: str, vpc_id: str, target_id: str) -> str:
     """An instance by its id; an address by its VPC and address (one address may be in two
     VPCs)."""
@@ -241,6 +260,7 @@ class IndexView:
     target_groups: Mapping[str, Entry]
     load_balancers: Mapping[str, Entry]
     targets: Mapping[str, Entry]
+    owned: Mapping[str, Entry] = field(default_factory=dict)  # by owner (`owned_entry`)
 
     @classmethod
     def of(cls, entries: Iterable[Entry]) -> IndexView:
@@ -249,7 +269,7 @@ class IndexView:
         for entry in entries:
             if not entry.gone:
                 by[entry.kind][entry.key] = entry
-        return cls(by["tg"], by["lb"], by["target"])
+        return cls(by["tg"], by["lb"], by["target"], by["owned"])
 
     def __bool__(self) -> bool:
         return bool(self.target_groups or self.load_balancers)

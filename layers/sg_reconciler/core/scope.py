@@ -22,6 +22,10 @@ class Scope:
     target_group_arns: frozenset[str] = frozenset()
     instance_ids: frozenset[str] = frozenset()
     full: bool = False
+    # Instances whose own groups the event changed (ModifyInstanceAttribute): read fresh even
+    # where the inventory index knows them. A target a (de)registration names is read only
+    # when the index does not know it afresh, as every other target is.
+    regrouped_instances: frozenset[str] = frozenset()
 
     @classmethod
     def everything(cls) -> Scope:
@@ -41,6 +45,7 @@ class Scope:
             self.target_group_arns | other.target_group_arns,
             self.instance_ids | other.instance_ids,
             self.full or other.full,
+            self.regrouped_instances | other.regrouped_instances,
         )
 
     def __bool__(self) -> bool:

@@ -305,9 +305,11 @@ def _instance_groups(detail: ModifyInstanceAttributeDetail) -> Scope:
     params = detail.requestParameters
     if params.groupSet is None:  # another attribute (type, user data, ...)
         return Scope()
+    instance = _ids([params.instanceId])
     return Scope(
         group_ids=_ids(g.groupId for g in params.groupSet.items),
-        instance_ids=_ids([params.instanceId]),
+        instance_ids=instance,
+        regrouped_instances=instance,
     )
 
 

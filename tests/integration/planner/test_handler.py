@@ -452,7 +452,11 @@ def test_modify_instance_attribute_adds_rules_to_the_new_group(planner: Planner)
         {SAMPLE_INSTANCES[0]: b1, SAMPLE_NODE_GROUP: nodes_b, SAMPLE_EXTRA_GROUP: orphan},
     )
     scope = planner.scope_of(event)
-    assert scope == Scope(group_ids=frozenset({nodes_b, orphan}), instance_ids=frozenset({b1}))
+    assert scope == Scope(
+        group_ids=frozenset({nodes_b, orphan}),
+        instance_ids=frozenset({b1}),
+        regrouped_instances=frozenset({b1}),
+    )
 
     # Then b1's ports are authorized on orphan
     plan, _ = expect_one_execution(planner, planner.sqs(event), scope)

@@ -39,12 +39,14 @@ def _scope(
     lbs: set[str] | None = None,
     tgs: set[str] | None = None,
     instances: set[str] | None = None,
+    regrouped: set[str] | None = None,
 ) -> Scope:
     return Scope(
         frozenset(groups or ()),
         frozenset(lbs or ()),
         frozenset(tgs or ()),
         frozenset(instances or ()),
+        regrouped_instances=frozenset(regrouped or ()),
     )
 
 
@@ -57,7 +59,8 @@ EXPECTED: dict[str, Scope] = {
     "CreateSecurityGroup": _scope(groups={NEW_SG}),
     "DeleteSecurityGroup": _scope(groups={NEW_SG}),
     "ModifyNetworkInterfaceAttribute": Scope.everything(),
-    "ModifyInstanceAttribute": _scope(groups={NODE_SG, EXTRA_SG}, instances={I1}),
+    # An instance's groups changed: they, and the instance read fresh whatever the index holds
+    "ModifyInstanceAttribute": _scope(groups={NODE_SG, EXTRA_SG}, instances={I1}, regrouped={I1}),
     # A destination group's tag: only the group (an instance's tags select nothing)
     "CreateTags": _scope(groups={EXTRA_SG}),
     "DeleteTags": _scope(groups={EXTRA_SG}),
