@@ -42,8 +42,10 @@ from sg_reconciler.core.inventory_index import (
     Kind,
     Version,
     drift,
+    gone_entry,
     load_balancer_entry,
     load_balancer_of,
+    overlaid,
     owned_entry,
     owned_of,
     slice_size,
@@ -469,7 +471,11 @@ def read_through_index(
     if reader.narrow_failed:  # the event names what is gone: its old rules need the listing
         first = reader
         reader = _IndexedReader(ec2, elbv2, policy, quotas)
-        reader.setup(view, None, Version.of_read(now), period_seconds, max_fresh, memo=memo)
+        # over the index as the event's fresh reads left it (a load balancer's new tags)
+        after = overlaid(
+            view, [*first.out, *(gone_entry(k, a, first.version) for k, a in first.gone)]
+        )
+        reader.setup(after, None, Version.of_read(now), period_seconds, max_fresh, memo=memo)
         inventory = reader.read()
         reader.out = [*first.out, *reader.out]
         reader.gone = [*first.gone, *reader.gone]

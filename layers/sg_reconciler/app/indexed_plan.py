@@ -63,7 +63,7 @@ def write_entries(index: InventoryIndex, entries: Sequence[Entry], view: IndexVi
     """Write what was read fresh, each merged with what the index holds (conditional on the
     version read: a conflict reads the entry again); how many were written."""
     written = 0
-    held = {(e.kind, e.key): e for e in _all(view)}
+    held = {(e.kind, e.key): e for e in view.entries()}
     for entry in entries:
         stored = held.get((entry.kind, entry.key))
         for _ in range(WRITE_ATTEMPTS):
@@ -79,15 +79,6 @@ def write_entries(index: InventoryIndex, entries: Sequence[Entry], view: IndexVi
 
 def load_view(index: InventoryIndex) -> IndexView:
     return IndexView.of(e for kind in KINDS for e in index.entries(kind))
-
-
-def _all(view: IndexView) -> list[Entry]:
-    return [
-        *view.target_groups.values(),
-        *view.load_balancers.values(),
-        *view.targets.values(),
-        *view.owned.values(),
-    ]
 
 
 # `read_through_index` with the deployment's clients bound (adapters/index_reads.IndexFetch)

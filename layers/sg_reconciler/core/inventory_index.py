@@ -45,11 +45,14 @@ OWNED_ENTRY_BYTES = 300_000
 
 @dataclass(frozen=True, order=True)
 class Version:
-    """When something was true: an event's time and id, or a read's time (id "").
+    """When something was true: an event's time and id, or a read's time (its tie "!" and
+    the microseconds).
 
     Text order is time order: times are UTC, fixed width, to the second (CloudTrail's
-    precision). A read sorts before an event of the same second (its id is empty): the event
-    may have come after the read, so it is applied again (applying an event is idempotent)."""
+    precision). A read sorts before an event of the same second ("!" sorts before any event
+    id): the event may have come after the read, so it is applied again (applying an event is
+    idempotent). Reads of one second are ordered by their microseconds, so a later read is
+    never taken for the same word as an earlier one (two runs a second apart, or less)."""
 
     time: str  # "YYYY-MM-DDTHH:MM:SSZ"
     tie: str = ""
@@ -76,7 +79,7 @@ class Version:
 
     @classmethod
     def of_read(cls, now: float) -> Version:
-        return cls(_utc(now))
+        return cls(_utc(now), f"!{int(now % 1 * 1_000_000):06d}")
 
     def seconds(self) -> float:
         return float(calendar.timegm(time.strptime(self.time, "%Y-%m-%dT%H:%M:%SZ")))
@@ -273,6 +276,21 @@ class IndexView:
 
     def __bool__(self) -> bool:
         return bool(self.target_groups or self.load_balancers)
+
+    def entries(self) -> list[Entry]:
+        return [
+            *self.target_groups.values(),
+            *self.load_balancers.values(),
+            *self.targets.values(),
+            *self.owned.values(),
+        ]
+
+
+def overlaid(view: IndexView, fresh: Iterable[Entry]) -> IndexView:
+    """The index with what was just read over it (a deleted object's mark removes it)."""
+    entries = {(e.kind, e.key): e for e in view.entries()}
+    entries.update(((e.kind, e.key), e) for e in fresh)
+    return IndexView.of(entries.values())
 
 
 @dataclass

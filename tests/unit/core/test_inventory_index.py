@@ -64,6 +64,18 @@ def test_an_event_version_orders_by_time_then_id_and_a_read_before_events_of_its
     assert read.seconds() == T0
 
 
+def test_a_later_read_of_the_same_second_replaces_an_earlier_one() -> None:
+    # Given a load balancer read with its selection tag, then read again without it, both
+    # within one second (a verification and an event's read)
+    first, later = Version.of_read(T0 + 0.2), Version.of_read(T0 + 0.7)
+    tagged = load_balancer_entry(LoadBalancer("lb", "web", "network", tags=(("k", "v"),)), first)
+    untagged = load_balancer_entry(LoadBalancer("lb", "web", "network"), later)
+    # Then the later read is the newer word, and both come before an event of that second
+    assert _event(T0, "0") > later > first
+    assert merge(tagged, untagged) == untagged
+    assert merge(untagged, tagged) is None
+
+
 def test_deregister_before_its_register_leaves_the_target_out() -> None:
     # Given a target group read with one target
     entry = target_group_entry(_tg(("i-1", 80)), Version.of_read(T0))
