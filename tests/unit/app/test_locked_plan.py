@@ -326,17 +326,26 @@ def _assert_needed_traffic_kept(now: Inventory, chosen: Policy, plan: Plan, lock
         assert kept <= Traffic.of([r for r in after if r.group_id == group]), group
 
 
+def _planned_then_moved(
+    before: Inventory, chosen: Policy, data: st.DataObject
+) -> tuple[LivePlan, Plan, Inventory] | None:
+    """The planner's plan from `before` (None: nothing to do), and the account after targets
+    moved since."""
+    planned_live = plan_from_inventory(before, chosen, Scope.everything(), partial=True)
+    if not isinstance(planned_live.result, Plan) or not planned_live.result.steps:
+        return None
+    return planned_live, planned_live.result, _targets_moved(before, data)
+
+
 @given(narrow_reads.accounts(), st.data())
 def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
     case: tuple[Inventory, Policy, Scope], data: st.DataObject
 ) -> None:
     # Given the planner's plan from one read, and the account changed since (targets moved)
     before, chosen, _ = case
-    planned_live = plan_from_inventory(before, chosen, Scope.everything(), partial=True)
-    if not isinstance(planned_live.result, Plan) or not planned_live.result.steps:
+    if (moved := _planned_then_moved(before, chosen, data)) is None:
         return
-    plan = planned_live.result
-    now = _targets_moved(before, data)
+    planned_live, plan, now = moved
     # When the refresh plans under the locks
     reader = Reader(now, chosen)
     planned = planned_by(planned_live, plan)
@@ -430,11 +439,9 @@ def test_through_the_index_a_revoke_never_takes_away_what_the_account_now_needs(
     # skipped: the index is trusted for those within the verification period (what holds
     # there is tests/unit/core/test_revoke_closure.py's: they need none of the lost traffic)
     before, chosen, _ = case
-    planned_live = plan_from_inventory(before, chosen, Scope.everything(), partial=True)
-    if not isinstance(planned_live.result, Plan) or not planned_live.result.steps:
+    if (moved := _planned_then_moved(before, chosen, data)) is None:
         return
-    plan = planned_live.result
-    now = _targets_moved(before, data)
+    planned_live, plan, now = moved
     # When the refresh plans under the locks through the index
     reader = IndexedReader(now, chosen, index=before)
     planned = planned_by(planned_live, plan)
