@@ -1124,6 +1124,39 @@ def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> No
         assert deliver()["account"] == "123456789012"
 
 
+def target_groups(mocked: Mocked, count: int) -> Any:
+    elbv2 = client("elbv2")
+    for index in range(count):
+        elbv2.create_target_group(
+            Name=f"tg-{index}", Protocol="TCP", Port=80, VpcId=mocked.vpc, TargetType="instance"
+        )
+    return elbv2
+
+
+def test_moto_alone_answers_every_target_group_in_one_page(mocked: Mocked) -> None:
+    """The gap the patch closes; when this fails, moto pages DescribeTargetGroups and
+    `patch_target_group_pages` can go."""
+    elbv2 = target_groups(mocked, 3)
+    answer = elbv2.describe_target_groups(PageSize=2)
+    assert len(answer["TargetGroups"]) == 3 and "NextMarker" not in answer
+
+
+def test_target_groups_are_answered_in_pages_as_aws_does(mocked: Mocked) -> None:
+    elbv2 = target_groups(mocked, 5)
+    with moto_hooks.patch_target_group_pages():
+        first = elbv2.describe_target_groups(PageSize=2)
+        pages = list(elbv2.get_paginator("describe_target_groups").paginate(PageSize=2))
+        whole = elbv2.describe_target_groups()
+        for wrong in ({"PageSize": 401}, {"Marker": "not-a-marker"}):
+            with pytest.raises(ClientError, match="ValidationError"):
+                elbv2.describe_target_groups(**wrong)
+    assert [len(page["TargetGroups"]) for page in pages] == [2, 2, 1]
+    assert first["NextMarker"] and "NextMarker" not in pages[-1]
+    names = [g["TargetGroupName"] for page in pages for g in page["TargetGroups"]]
+    assert sorted(names) == [f"tg-{index}" for index in range(5)]
+    assert len(whole["TargetGroups"]) == 5 and "NextMarker" not in whole
+
+
 def test_backend_reading_matches_describe(mocked: Mocked) -> None:
     lb, node = mocked.group("lb"), mocked.group("node")
     mocked.ec2.authorize_security_group_ingress(

@@ -202,6 +202,7 @@ class LocalRuntime:
             if self.ec2_fidelity:
                 self._patches += moto_hooks.patch_ec2_fidelity()
             self._patches.append(moto_hooks.patch_events_envelope())
+            self._patches.append(moto_hooks.patch_target_group_pages())
             self._patches.append(moto_hooks.patch_atomic_writes())
             self._deploy()
         except BaseException:
