@@ -1079,13 +1079,15 @@ def test_a_stop_aborts_at_once_as_on_aws_while_the_task_runs_on(mocked: Mocked) 
         name="slow", definition=json.dumps(definition), roleArn=mocked.role
     )["stateMachineArn"]
 
-    def status_after_stop(name: str) -> str:
+    def status_after_stop(name: str) -> tuple[str, list[str]]:
+        """The status right after StopExecution, and the ends reported by then."""
         entered.clear()
         release.clear()
         execution = mocked.sfn.start_execution(stateMachineArn=machine, name=name)["executionArn"]
         assert entered.wait(10)
         mocked.sfn.stop_execution(executionArn=execution)
         status = str(mocked.sfn.describe_execution(executionArn=execution)["status"])
+        reported = list(stopped)
         release.set()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -1093,14 +1095,18 @@ def test_a_stop_aborts_at_once_as_on_aws_while_the_task_runs_on(mocked: Mocked) 
             if history["events"][-1]["type"] == "ExecutionAborted":
                 break
             time.sleep(0.01)
-        return status
+        return status, reported
 
     stopped: list[str] = []
     with moto_hooks.patch_lambda_invoke(dispatch):
-        assert status_after_stop("alone") == "RUNNING", "moto aborts at once now: drop the patch"
+        status, _ = status_after_stop("alone")
+        assert status == "RUNNING", "moto aborts at once now: drop the patch"
         with moto_hooks.on_execution_end(lambda execution: stopped.append(execution.name)):
-            assert status_after_stop("as-aws") == "ABORTED"
-    assert stopped == ["as-aws"], "the status change goes out at the stop"
+            status, reported = status_after_stop("as-aws")
+    assert status == "ABORTED"
+    assert "as-aws" in reported, "the status change goes out at the stop"
+    # once; the unpatched run's thread may still end after the listener is installed
+    assert stopped.count("as-aws") == 1, stopped
 
 
 def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> None:
