@@ -11,8 +11,11 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sg_reconciler.core.inventory_index import DEFAULT_VERIFICATION_PERIOD_SECONDS
-from sg_reconciler.core.pacing import DEFAULT_READS_PER_SECOND, DEFAULT_WRITES_PER_SECOND
+from sg_reconciler.core.pacing import (
+    DEFAULT_READS_PER_SECOND,
+    DEFAULT_VERIFICATION_PERIOD_SECONDS,
+    DEFAULT_WRITES_PER_SECOND,
+)
 from sg_reconciler.core.rules import DEFAULT_OWNER
 from sg_reconciler.errors import BadConfiguration, validation_message
 

@@ -35,9 +35,6 @@ from sg_reconciler.core.account import (
 
 Kind = Literal["tg", "lb", "target", "owned"]
 KINDS: tuple[Kind, ...] = ("tg", "lb", "target", "owned")
-# The whole account is re-read every 12 hours: at the schedule's 15 minutes, 48 runs share
-# it, so 3,000 target groups cost 63 DescribeTargetHealth a run (docs/architecture.md).
-DEFAULT_VERIFICATION_PERIOD_SECONDS = 43_200
 # The owned groups' entry stays well inside a DynamoDB item (400 KB, name and body together):
 # about 6,000 groups with one peer each.
 OWNED_ENTRY_BYTES = 300_000

@@ -67,6 +67,9 @@ def full_jitter(attempt: int, random: Callable[[], float]) -> float:
 ELBV2_READ_BUCKET = (40, 10.0)  # capacity, refill per second
 EC2_READ_BUCKET = (100, 20.0)  # per API (50 / 10 unfiltered, unpaginated: never made here)
 DEFAULT_READS_PER_SECOND = 1.0  # ELBv2 describes a second: a tenth of the refill
+# The inventory index is re-read whole every 12 hours: at the schedule's 15 minutes, 48 runs
+# share it, so 3,000 target groups cost 63 DescribeTargetHealth a run (docs/architecture.md).
+DEFAULT_VERIFICATION_PERIOD_SECONDS = 43_200
 
 
 @dataclass(frozen=True)
