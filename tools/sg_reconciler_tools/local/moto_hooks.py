@@ -1053,7 +1053,7 @@ def patch_target_group_pages() -> Patch:
     without one) with a `NextMarker`, as AWS does.
 
     `moto.elbv2.responses.ELBV2Response.describe_target_groups` ignores `PageSize` and
-    `Marker` and returns every target group in one answer (its DescribeLoadBalancers pages),
+    `Marker` and returns every target group in one answer (its DescribeLoadBalancers does page),
     so a listing of 3,000 target groups cost one read instead of eight.
 
     AWS: https://docs.aws.amazon.com/elasticloadbalancing/latest/APIReference/API_DescribeTargetGroups.html
@@ -1074,7 +1074,9 @@ def patch_target_group_pages() -> Patch:
         )
         size = self._get_int_param("PageSize", ELB_MAX_PAGE_SIZE)
         if not 1 <= size <= ELB_MAX_PAGE_SIZE:
-            raise_service_error("elbv2", "ValidationError", f"PageSize {size} is not 1 to 400")
+            raise_service_error(
+                "elbv2", "ValidationError", f"PageSize {size} is not 1 to {ELB_MAX_PAGE_SIZE}"
+            )
         marker = self._get_param("Marker")
         arns = [group.arn for group in found]
         if marker and marker not in arns:
