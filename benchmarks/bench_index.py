@@ -29,7 +29,8 @@ from typing import Any
 
 from sg_reconciler.adapters.index_table import IndexTable
 from sg_reconciler.app.indexed_plan import load_view
-from sg_reconciler.core.inventory_index import KINDS, Version, slice_size
+from sg_reconciler.core.index_events import Version
+from sg_reconciler.core.inventory_index import KINDS, slice_size
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, run_planner
 from sg_reconciler_tools.demo.world import DemoWorld, scheduled_event
 from sg_reconciler_tools.local import LocalRuntime

@@ -47,9 +47,9 @@ def seed_index(world: DemoWorld) -> int:
     from sg_reconciler.adapters.index_table import IndexTable
     from sg_reconciler.adapters.inventory import AccountInventory
     from sg_reconciler.app.indexed_plan import load_view, write_entries
+    from sg_reconciler.core.index_events import Version
     from sg_reconciler.core.inventory_index import (
         Entry,
-        Version,
         load_balancer_entry,
         target_entry,
         target_group_entry,

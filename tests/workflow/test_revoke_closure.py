@@ -18,7 +18,7 @@ from typing import Any
 
 from sg_reconciler.adapters.index_table import IndexTable
 from sg_reconciler.app.indexed_plan import load_view
-from sg_reconciler.core.inventory_index import Version
+from sg_reconciler.core.index_events import Version
 from sg_reconciler.core.pacing import DEFAULT_VERIFICATION_PERIOD_SECONDS
 from sg_reconciler.core.rules import OWNER_TAG_KEY
 from sg_reconciler_tools.demo.play import reconcile

@@ -35,12 +35,12 @@ from sg_reconciler.adapters.inventory import (
     split_on_missing,
 )
 from sg_reconciler.core.account import LoadBalancer, SecurityGroup, Target, TargetGroup, tags_of
+from sg_reconciler.core.index_events import Version
 from sg_reconciler.core.inventory_index import (
     Entry,
     IndexedRead,
     IndexView,
     Kind,
-    Version,
     drift,
     gone_entry,
     load_balancer_entry,

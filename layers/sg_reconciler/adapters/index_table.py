@@ -23,14 +23,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sg_reconciler.adapters.aws import typed_aws_errors
-from sg_reconciler.core.inventory_index import (
-    KINDS,
-    Entry,
-    Kind,
-    Version,
-    entry_from_item,
-    entry_to_item,
-)
+from sg_reconciler.core.index_events import Version
+from sg_reconciler.core.inventory_index import KINDS, Entry, Kind, entry_from_item, entry_to_item
 
 BATCH_GET = 100  # BatchGetItem's limit
 

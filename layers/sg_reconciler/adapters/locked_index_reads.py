@@ -18,13 +18,8 @@ from typing import Any
 
 from sg_reconciler.adapters.index_reads import _InterfacesFromIndex, _model
 from sg_reconciler.core.account import LoadBalancer, TargetGroup
-from sg_reconciler.core.inventory_index import (
-    Entry,
-    IndexView,
-    Version,
-    target_group_entry,
-    target_key,
-)
+from sg_reconciler.core.index_events import Version
+from sg_reconciler.core.inventory_index import Entry, IndexView, target_group_entry, target_key
 from sg_reconciler.core.narrow import Narrowing, sending_peers
 from sg_reconciler.core.policy import Policy
 from sg_reconciler.core.revoke_closure import LockedIndexRead, candidates, contradictions

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from sg_reconciler.core.account import Inventory
 from sg_reconciler.core.brake import withhold_revokes
+from sg_reconciler.core.index_events import TargetChange, Version
 from sg_reconciler.core.inventory_index import (
     KINDS,
     Entry,
     IndexedRead,
     IndexView,
-    TargetChange,
-    Version,
     apply_change,
     gone_entry,
     merge,

@@ -25,7 +25,8 @@ from sg_reconciler.core.rules import PLAN_TAG_KEY
 if TYPE_CHECKING:  # types only: a step that types against a port loads no planner (cold start)
     from sg_reconciler.core.account import Inventory
     from sg_reconciler.core.brake import WindowCount
-    from sg_reconciler.core.inventory_index import Entry, Kind, Version
+    from sg_reconciler.core.index_events import Version
+    from sg_reconciler.core.inventory_index import Entry, Kind
     from sg_reconciler.core.plan import Adopt
     from sg_reconciler.core.rules import Rule, RuleKey
     from sg_reconciler.core.scope import Locked, Scope

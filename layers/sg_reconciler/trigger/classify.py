@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
 from pydantic import ValidationError
 
-from sg_reconciler.core.inventory_index import TargetChange, Version
+from sg_reconciler.core.index_events import TargetChange, Version
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import validation_message as _first_error
 

@@ -12,13 +12,8 @@ from moto import mock_aws
 from sg_reconciler.adapters.index_table import IndexTable
 from sg_reconciler.app.indexed_plan import load_view, record_changes, write_entries
 from sg_reconciler.core.account import LoadBalancer, Target, TargetGroup
-from sg_reconciler.core.inventory_index import (
-    IndexView,
-    TargetChange,
-    Version,
-    load_balancer_entry,
-    target_group_entry,
-)
+from sg_reconciler.core.index_events import TargetChange, Version
+from sg_reconciler.core.inventory_index import IndexView, load_balancer_entry, target_group_entry
 
 TABLE = "index"
 TG = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/1"

@@ -9,14 +9,8 @@ from dataclasses import dataclass, field
 from sg_reconciler.app.indexed_plan import IndexedReads, held_while_unread, record_changes
 from sg_reconciler.app.live_plan import LivePlan
 from sg_reconciler.core.account import Inventory, Target, TargetGroup
-from sg_reconciler.core.inventory_index import (
-    Entry,
-    IndexedRead,
-    Kind,
-    TargetChange,
-    Version,
-    target_group_entry,
-)
+from sg_reconciler.core.index_events import TargetChange, Version
+from sg_reconciler.core.inventory_index import Entry, IndexedRead, Kind, target_group_entry
 from sg_reconciler.core.plan import Authorize, Plan, Revoke
 from sg_reconciler.core.ports import InventoryIndex, InventoryReader
 from sg_reconciler.core.rules import rule_from_dict

@@ -16,9 +16,9 @@ from sg_reconciler.app.live_plan import LivePlan, compute_locked_plan, plan_from
 from sg_reconciler.app.planned import Planned, planned_by
 from sg_reconciler.core.account import Inventory, LoadBalancer, SecurityGroup, Target, TargetGroup
 from sg_reconciler.core.desired import compute_desired
+from sg_reconciler.core.index_events import Version
 from sg_reconciler.core.inventory_index import (
     IndexView,
-    Version,
     target_entry,
     target_group_entry,
     target_group_of,

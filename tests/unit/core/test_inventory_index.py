@@ -4,11 +4,10 @@ events, the schedule's slice and what is stale (core/inventory_index.py)."""
 from __future__ import annotations
 
 from sg_reconciler.core.account import LoadBalancer, Target, TargetGroup, tags_of
+from sg_reconciler.core.index_events import TargetChange, Version
 from sg_reconciler.core.inventory_index import (
     Entry,
     IndexView,
-    TargetChange,
-    Version,
     apply_change,
     drift,
     entry_from_item,

@@ -8,13 +8,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from sg_reconciler.core.account import Target, TargetGroup
-from sg_reconciler.core.inventory_index import (
-    Entry,
-    IndexView,
-    Version,
-    target_entry,
-    target_group_entry,
-)
+from sg_reconciler.core.index_events import Version
+from sg_reconciler.core.inventory_index import Entry, IndexView, target_entry, target_group_entry
 from sg_reconciler.core.revoke_closure import candidates, contradictions, lost_traffic
 from sg_reconciler.core.rules import Peer, Rule, RuleKey
 
