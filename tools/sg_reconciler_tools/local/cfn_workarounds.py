@@ -244,8 +244,7 @@ def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
     from moto.stepfunctions.responses import get_backend
     from moto.stepfunctions.utils import cfn_to_api_tags
 
-    path = "moto.stepfunctions.models.StateMachine"
-    moto_hooks.require(StateMachine, "create_from_cloudformation_json", path)
+    moto_hooks.require(StateMachine, "create_from_cloudformation_json")
 
     def create_from_cloudformation_json(
         cls: Any,
@@ -270,7 +269,6 @@ def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
         StateMachine,
         "create_from_cloudformation_json",
         classmethod(create_from_cloudformation_json),
-        path,
     )
 
 
@@ -287,8 +285,7 @@ def update_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
     from moto.stepfunctions.models import StateMachine
     from moto.stepfunctions.responses import get_backend
 
-    path = "moto.stepfunctions.models.StateMachine"
-    moto_hooks.require(StateMachine, "update_from_cloudformation_json", path)
+    moto_hooks.require(StateMachine, "update_from_cloudformation_json")
 
     def update_from_cloudformation_json(
         cls: Any,
@@ -310,7 +307,6 @@ def update_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
         StateMachine,
         "update_from_cloudformation_json",
         classmethod(update_from_cloudformation_json),
-        path,
     )
 
 
@@ -329,12 +325,7 @@ def ref_layer_versions_as_arns() -> moto_hooks.Patch:
     def physical_resource_id(self: Any) -> str:
         return str(self.arn)
 
-    return moto_hooks.add(
-        LayerVersion,
-        "physical_resource_id",
-        property(physical_resource_id),
-        "moto.awslambda.models.LayerVersion",
-    )
+    return moto_hooks.add(LayerVersion, "physical_resource_id", property(physical_resource_id))
 
 
 def apply_table_time_to_live() -> moto_hooks.Patch:
@@ -348,8 +339,7 @@ def apply_table_time_to_live() -> moto_hooks.Patch:
     from moto.dynamodb.models import dynamodb_backends
     from moto.dynamodb.models.table import Table
 
-    path = "moto.dynamodb.models.table.Table"
-    original = moto_hooks.require(Table, "create_from_cloudformation_json", path)
+    original = moto_hooks.require(Table, "create_from_cloudformation_json")
 
     def create_from_cloudformation_json(
         cls: Any,
@@ -371,10 +361,7 @@ def apply_table_time_to_live() -> moto_hooks.Patch:
         return table
 
     return moto_hooks.replace(
-        Table,
-        "create_from_cloudformation_json",
-        classmethod(create_from_cloudformation_json),
-        path,
+        Table, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json)
     )
 
 
@@ -388,15 +375,14 @@ def match_events_as_eventbridge() -> moto_hooks.Patch:
     """
     from moto.events.models import Rule
 
-    path = "moto.events.models.Rule"
-    original = moto_hooks.require(Rule, "send_to_targets", path)
+    original = moto_hooks.require(Rule, "send_to_targets")
 
     def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
         if self.state != "ENABLED" or not self.event_pattern.get_pattern():
             return
         original(self, original_event, transform_input)
 
-    return moto_hooks.replace(Rule, "send_to_targets", send_to_targets, path)
+    return moto_hooks.replace(Rule, "send_to_targets", send_to_targets)
 
 
 def parse_json_templates_as_json() -> moto_hooks.Patch:
@@ -408,8 +394,7 @@ def parse_json_templates_as_json() -> moto_hooks.Patch:
     """
     from moto.cloudformation.models import Stack
 
-    path = "moto.cloudformation.models.Stack"
-    original = moto_hooks.require(Stack, "parse_template", path)
+    original = moto_hooks.require(Stack, "parse_template")
 
     def parse_template(template: str) -> dict[str, Any]:
         if template.lstrip().startswith("{"):
@@ -419,7 +404,7 @@ def parse_json_templates_as_json() -> moto_hooks.Patch:
         result: dict[str, Any] = original(template)
         return result
 
-    return moto_hooks.replace(Stack, "parse_template", staticmethod(parse_template), path)
+    return moto_hooks.replace(Stack, "parse_template", staticmethod(parse_template))
 
 
 @contextmanager

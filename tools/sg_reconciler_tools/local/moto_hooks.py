@@ -26,6 +26,7 @@ import json
 import re
 import threading
 import time
+import types
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -109,16 +110,25 @@ class PatchSet:
         self._patches = []
 
 
-def _require(owner: object, name: str, moto_path: str) -> Any:
+def _path(owner: object) -> str:
+    """The dotted name of a moto module, class, or instance's class, for error messages."""
+    if isinstance(owner, types.ModuleType):
+        return owner.__name__
+    kind = owner if isinstance(owner, type) else type(owner)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def require(owner: object, name: str) -> Any:
+    """`owner.name`, or HookError naming the moto internal that is gone."""
     try:
         return getattr(owner, name)
     except AttributeError:
         raise HookError(
-            f"moto internal {moto_path}.{name} is gone (hooks are written for moto {MOTO_VERSION})"
+            f"moto internal {_path(owner)}.{name} is gone (hooks are written for moto {MOTO_VERSION})"
         ) from None
 
 
-def _together(what: str, patches: list[Patch]) -> Patch:
+def together(what: str, patches: list[Patch]) -> Patch:
     """One patch undoing several, last first."""
 
     def undo() -> None:
@@ -128,9 +138,9 @@ def _together(what: str, patches: list[Patch]) -> Patch:
     return Patch(what, undo)
 
 
-def _replace(owner: Any, name: str, value: object, moto_path: str) -> Patch:
+def replace(owner: Any, name: str, value: object) -> Patch:
     """Set `owner.name`, remembering whether it was inherited so undo restores exactly."""
-    _require(owner, name, moto_path)
+    require(owner, name)
     had_own = isinstance(owner, type) and name in owner.__dict__
     original = owner.__dict__[name] if had_own else getattr(owner, name)
 
@@ -141,12 +151,18 @@ def _replace(owner: Any, name: str, value: object, moto_path: str) -> Patch:
             setattr(owner, name, original)
 
     setattr(owner, name, value)
-    return Patch(f"{moto_path}.{name}", undo)
+    return Patch(f"{_path(owner)}.{name}", undo)
 
 
-# For the workarounds of `cfn_workarounds`, which patch moto's CloudFormation models.
-require = _require
-replace = _replace
+def add(owner: type, name: str, value: object) -> Patch:
+    """Give `owner` an attribute moto lacks; if moto has one now, it may model the thing itself."""
+    if hasattr(owner, name):
+        raise HookError(
+            f"moto internal {_path(owner)}.{name} exists now (hooks are written for moto "
+            f"{MOTO_VERSION}): check whether moto models it and the hook can go"
+        )
+    setattr(owner, name, value)
+    return Patch(f"{_path(owner)}.{name}", lambda: delattr(owner, name))
 
 
 # (a) -------------------------------------------------------------------------------------
@@ -212,9 +228,7 @@ def patch_lambda_invoke(dispatch: LambdaDispatch) -> Patch:
         response_headers["Content-Length"] = str(len(result.payload))
         return result.payload
 
-    return _replace(
-        LambdaSimpleBackend, "invoke", invoke, "moto.awslambda_simple.models.LambdaSimpleBackend"
-    )
+    return replace(LambdaSimpleBackend, "invoke", invoke)
 
 
 # (c) -------------------------------------------------------------------------------------
@@ -231,12 +245,7 @@ def patch_wait_states(record: Callable[[float], None]) -> Patch:
     def _wait_interval(self: Any, env: Any, wait_seconds: float) -> None:
         record(float(wait_seconds))
 
-    return _replace(
-        wait_function.WaitFunction,
-        "_wait_interval",
-        _wait_interval,
-        "moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function.WaitFunction",
-    )
+    return replace(wait_function.WaitFunction, "_wait_interval", _wait_interval)
 
 
 class _RecordingClock:
@@ -260,10 +269,9 @@ def patch_retry_sleep(record: Callable[[float], None]) -> Patch:
     """
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
-    path = "moto.stepfunctions.parser.asl.component.common.retry.retrier_decl"
-    if _require(retrier_decl, "time", path) is not time:
-        raise HookError(f"{path}.time is not the time module (moto upgraded?)")
-    return _replace(retrier_decl, "time", _RecordingClock(record), path)
+    if require(retrier_decl, "time") is not time:
+        raise HookError(f"{_path(retrier_decl)}.time is not the time module (moto upgraded?)")
+    return replace(retrier_decl, "time", _RecordingClock(record))
 
 
 # States.ALL as AWS has it: "States.ALL ... can't catch the States.DataLimitExceeded terminal
@@ -286,10 +294,9 @@ def patch_states_all_as_aws() -> Patch:
     """
     from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
 
-    path = "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl.ErrorEqualsDecl"
     decl = error_equals_decl.ErrorEqualsDecl
-    original = _require(decl, "_eval_body", path)
-    wildcard = _require(decl, "_STATE_ALL_ERROR", path)
+    original = require(decl, "_eval_body")
+    wildcard = require(decl, "_STATE_ALL_ERROR")
 
     def _eval_body(self: Any, env: Any) -> None:
         error = env.stack[-1]
@@ -302,7 +309,7 @@ def patch_states_all_as_aws() -> Patch:
             return
         original(self, env)
 
-    return _replace(decl, "_eval_body", _eval_body, path)
+    return replace(decl, "_eval_body", _eval_body)
 
 
 # (d) -------------------------------------------------------------------------------------
@@ -340,9 +347,7 @@ def patch_duplicate_ignores_description() -> Patch:
             return NotImplemented
         return _rule_identity(self) == _rule_identity(other)
 
-    return _replace(
-        SecurityGroupRule, "__eq__", __eq__, "moto.ec2.models.security_groups.SecurityGroupRule"
-    )
+    return replace(SecurityGroupRule, "__eq__", __eq__)
 
 
 def patch_group_rule_description() -> Patch:
@@ -363,12 +368,7 @@ def patch_group_rule_description() -> Patch:
         found = (self.source_group or {}).get("Description")
         return None if found is None else str(found)
 
-    return _replace(
-        SecurityGroupRule,
-        "description",
-        property(description),
-        "moto.ec2.models.security_groups.SecurityGroupRule",
-    )
+    return replace(SecurityGroupRule, "description", property(description))
 
 
 def patch_authorize_returns_all_rules() -> Patch:
@@ -393,11 +393,8 @@ def patch_authorize_returns_all_rules() -> Patch:
             added.extend(rules)
         return ActionResult({"Return": True, "SecurityGroupRules": added})
 
-    return _replace(
-        SecurityGroups,
-        "authorize_security_group_ingress",
-        authorize_security_group_ingress,
-        "moto.ec2.responses.security_groups.SecurityGroups",
+    return replace(
+        SecurityGroups, "authorize_security_group_ingress", authorize_security_group_ingress
     )
 
 
@@ -424,9 +421,7 @@ def patch_cidr_host_bits_masked() -> Patch:
                 with contextlib.suppress(ValueError):
                     self.ip_range[key] = str(ipaddress.ip_network(value, strict=False))
 
-    return _replace(
-        SecurityGroupRule, "__init__", __init__, "moto.ec2.models.security_groups.SecurityGroupRule"
-    )
+    return replace(SecurityGroupRule, "__init__", __init__)
 
 
 AWS_RULE_QUOTA: Final = 60  # inbound rules per group, per family (Service Quotas L-0EA8095F)
@@ -468,9 +463,8 @@ def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
     from moto.ec2.exceptions import RulesPerSecurityGroupLimitExceededError
     from moto.ec2.models.security_groups import SecurityGroupBackend
 
-    owner = "moto.ec2.models.security_groups.SecurityGroupBackend"
-    original = _require(SecurityGroupBackend, "authorize_security_group_ingress", owner)
-    check = _require(SecurityGroupBackend, "_verify_group_will_respect_rule_count_limit", owner)
+    original = require(SecurityGroupBackend, "authorize_security_group_ingress")
+    check = require(SecurityGroupBackend, "_verify_group_will_respect_rule_count_limit")
 
     def egress_only(self: Any, *args: Any, egress: bool = False, **kwargs: Any) -> None:
         if egress:
@@ -484,17 +478,14 @@ def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
         return added, group
 
     patches = [
-        _replace(
-            SecurityGroupBackend, "_verify_group_will_respect_rule_count_limit", egress_only, owner
-        ),
-        _replace(
+        replace(SecurityGroupBackend, "_verify_group_will_respect_rule_count_limit", egress_only),
+        replace(
             SecurityGroupBackend,
             "authorize_security_group_ingress",
             authorize_security_group_ingress,
-            owner,
         ),
     ]
-    return _together(f"{owner} rule quota", patches)
+    return together(f"{_path(SecurityGroupBackend)} rule quota", patches)
 
 
 # Delegated prefixes on network interfaces ------------------------------------------------
@@ -519,20 +510,6 @@ INSTANCE_PREFIX_FILTERS: Final = {
 # ENI id -> member name -> prefixes in assignment order, while the hook is installed.
 _eni_prefixes: dict[str, dict[str, list[str]]] = {}
 _prefixes_lock = threading.Lock()
-
-
-def _add(owner: type, name: str, value: object, moto_path: str) -> Patch:
-    """Give `owner` an attribute moto lacks; if moto has one now, it may model the thing itself."""
-    if hasattr(owner, name):
-        raise HookError(
-            f"moto internal {moto_path}.{name} exists now (hooks are written for moto "
-            f"{MOTO_VERSION}): check whether moto models it and the hook can go"
-        )
-    setattr(owner, name, value)
-    return Patch(f"{moto_path}.{name}", lambda: delattr(owner, name))
-
-
-add = _add  # for `cfn_workarounds`, as require and replace
 
 
 def _add_key(mapping: Any, key: str, value: object, moto_path: str) -> Patch:
@@ -630,8 +607,8 @@ def patch_eni_delegated_prefixes() -> Patch:
     from moto.ec2.models.elastic_network_interfaces import NetworkInterface
     from moto.ec2.models.instances import Instance
 
-    _require(Instance, "network_interfaces", "moto.ec2.models.instances.Instance")
-    mapping = _require(ec2_utils, "filter_dict_attribute_mapping", "moto.ec2.utils")
+    require(Instance, "network_interfaces")
+    mapping = require(ec2_utils, "filter_dict_attribute_mapping")
 
     def rendered(family: str) -> property:
         def prefixes(self: Any) -> list[dict[str, str]] | None:
@@ -649,25 +626,23 @@ def patch_eni_delegated_prefixes() -> Patch:
     try:  # `_add*` refuse once moto has the thing: leave nothing half applied then
         for family in _PREFIX_FAMILIES:
             name = f"{family.lower()[:4]}_prefixes"  # ipv4_prefixes, ipv6_prefixes
-            eni_path = "moto.ec2.models.elastic_network_interfaces.NetworkInterface"
-            patches.append(_add(NetworkInterface, name, rendered(family), eni_path))
+            patches.append(add(NetworkInterface, name, rendered(family)))
         for filter_name, (family, attribute) in INSTANCE_PREFIX_FILTERS.items():
-            instance_path = "moto.ec2.models.instances.Instance"
-            patches.append(_add(Instance, attribute, of_instance(family), instance_path))
+            patches.append(add(Instance, attribute, of_instance(family)))
             patches.append(
                 _add_key(
                     mapping, filter_name, attribute, "moto.ec2.utils.filter_dict_attribute_mapping"
                 )
             )
     except HookError:
-        _together("", patches).undo()
+        together("", patches).undo()
         raise
     patches += [
         intercept_api_call("ec2", action, _record_prefixes, layer=OBSERVER_LAYER)
         for action in _PREFIX_ACTIONS
     ]
     patches.append(Patch("ENI prefixes", _eni_prefixes.clear))
-    return _together("ENI delegated prefixes", patches)
+    return together("ENI delegated prefixes", patches)
 
 
 # Address filters on network interfaces, and subnets' IPv6 CIDR state ---------------------
@@ -706,8 +681,7 @@ def patch_eni_address_filters() -> Patch:
     """
     from moto.ec2.models.elastic_network_interfaces import NetworkInterfaceBackend
 
-    owner = "moto.ec2.models.elastic_network_interfaces.NetworkInterfaceBackend"
-    original = _require(NetworkInterfaceBackend, "get_all_network_interfaces", owner)
+    original = require(NetworkInterfaceBackend, "get_all_network_interfaces")
 
     def get_all_network_interfaces(
         self: Any, eni_ids: list[str] | None = None, filters: Any = None
@@ -728,8 +702,8 @@ def patch_eni_address_filters() -> Patch:
             ]
         return enis
 
-    return _replace(
-        NetworkInterfaceBackend, "get_all_network_interfaces", get_all_network_interfaces, owner
+    return replace(
+        NetworkInterfaceBackend, "get_all_network_interfaces", get_all_network_interfaces
     )
 
 
@@ -747,12 +721,11 @@ def patch_subnet_ipv6_state() -> Patch:
     """
     from moto.ec2.models.subnets import Subnet
 
-    owner = "moto.ec2.models.subnets.Subnet"
-    if not isinstance(_require(Subnet, "ipv6_cidr_block_association_set", owner), property):
-        raise HookError(f"{owner}.ipv6_cidr_block_association_set is not a property")
+    if not isinstance(require(Subnet, "ipv6_cidr_block_association_set"), property):
+        raise HookError(f"{_path(Subnet)}.ipv6_cidr_block_association_set is not a property")
 
     def ipv6_cidr_block_association_set(self: Any) -> list[dict[str, Any]]:
-        associations = _require(self, "ipv6_cidr_block_associations", owner)
+        associations = require(self, "ipv6_cidr_block_associations")
         return [
             {
                 "ipv6CidrBlock": association["ipv6CidrBlock"],
@@ -763,8 +736,8 @@ def patch_subnet_ipv6_state() -> Patch:
             if association["ipv6CidrBlockState"].get("State") == "associated"
         ]
 
-    return _replace(
-        Subnet, "ipv6_cidr_block_association_set", property(ipv6_cidr_block_association_set), owner
+    return replace(
+        Subnet, "ipv6_cidr_block_association_set", property(ipv6_cidr_block_association_set)
     )
 
 
@@ -812,8 +785,7 @@ def patch_tag_lookup_by_resource() -> Patch:
     from moto.ec2.models.tags import TagBackend
     from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
 
-    owner = "moto.ec2.models.tags.TagBackend"
-    original = _require(TagBackend, "describe_tags", owner)
+    original = require(TagBackend, "describe_tags")
 
     def describe_tags(self: Any, filters: dict[str, list[str]] | None = None) -> Any:
         ids = filters.get("resource-id") if filters is not None and len(filters) == 1 else None
@@ -834,7 +806,7 @@ def patch_tag_lookup_by_resource() -> Patch:
             for key, value in list(tags.items())
         ]
 
-    return _replace(TagBackend, "describe_tags", describe_tags, owner)
+    return replace(TagBackend, "describe_tags", describe_tags)
 
 
 def _literal_ids(values: object) -> set[str] | None:
@@ -871,9 +843,8 @@ def patch_groups_by_id_filter() -> Patch:
     """
     from moto.ec2.models.security_groups import SecurityGroupBackend
 
-    owner = "moto.ec2.models.security_groups.SecurityGroupBackend"
-    rules = _require(SecurityGroupBackend, "describe_security_group_rules", owner)
-    groups = _require(SecurityGroupBackend, "describe_security_groups", owner)
+    rules = require(SecurityGroupBackend, "describe_security_group_rules")
+    groups = require(SecurityGroupBackend, "describe_security_groups")
 
     def describe_security_group_rules(
         self: Any, sg_rule_ids: list[str], filters: dict[str, list[str]]
@@ -893,18 +864,13 @@ def patch_groups_by_id_filter() -> Patch:
         target = self if named is None else _narrowed(self.groups, named)
         return groups(target, group_ids, groupnames, filters)
 
-    return _together(
-        f"{owner} group-id filters",
+    return together(
+        f"{_path(SecurityGroupBackend)} group-id filters",
         [
-            _replace(
-                SecurityGroupBackend,
-                "describe_security_group_rules",
-                describe_security_group_rules,
-                owner,
+            replace(
+                SecurityGroupBackend, "describe_security_group_rules", describe_security_group_rules
             ),
-            _replace(
-                SecurityGroupBackend, "describe_security_groups", describe_security_groups, owner
-            ),
+            replace(SecurityGroupBackend, "describe_security_groups", describe_security_groups),
         ],
     )
 
@@ -940,10 +906,8 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
         Execution,
     )
 
-    owner = "moto.stepfunctions.parser.backend.execution.Execution"
-    original = _require(Execution, "stop", owner)
-    reflect_owner = "moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication"
-    reflect = _require(BaseExecutionWorkerCommunication, "_reflect_execution_status", reflect_owner)
+    original = require(Execution, "stop")
+    reflect = require(BaseExecutionWorkerCommunication, "_reflect_execution_status")
     mark = "_sg_reconciler_stopped"  # on the execution: (date, error, cause) of the stop
 
     def stop(self: Any, stop_date: Any, error: str | None, cause: str | None) -> None:
@@ -963,15 +927,14 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
             self.execution.exec_status = ExecutionStatus.ABORTED
             self.execution.stop_date, self.execution.error, self.execution.cause = stopped
 
-    return _together(
+    return together(
         "execution end as on AWS",
         [
-            _replace(Execution, "stop", stop, owner),
-            _replace(
+            replace(Execution, "stop", stop),
+            replace(
                 BaseExecutionWorkerCommunication,
                 "_reflect_execution_status",
                 _reflect_execution_status,
-                reflect_owner,
             ),
         ],
     )
@@ -1008,7 +971,7 @@ def patch_atomic_writes() -> Patch:
         with locks[service]:
             return proceed()
 
-    return _together(
+    return together(
         "atomic writes",
         [
             intercept_api_call(service, operation, atomic, layer=ATOMIC_LAYER)
@@ -1037,12 +1000,13 @@ def patch_events_envelope() -> Patch:
     """
     from moto.events.utils import EventTemplateParser
 
-    path = "moto.events.utils.EventTemplateParser"
-    template = _require(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", path)
+    template = require(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE")
     if '"version": "0", ' not in template or '"account"' in template:
-        raise HookError(f"{path}.DEFAULT_EVENT_INPUT_TEMPLATE changed (moto upgraded?)")
+        raise HookError(
+            f"{_path(EventTemplateParser)}.DEFAULT_EVENT_INPUT_TEMPLATE changed (moto upgraded?)"
+        )
     fixed = template.replace('"version": "0", ', '"version": "0", "account": "<account>", ')
-    return _replace(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", fixed, path)
+    return replace(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", fixed)
 
 
 ELB_MAX_PAGE_SIZE: Final = 400
@@ -1061,8 +1025,7 @@ def patch_target_group_pages() -> Patch:
     from moto.core.responses import ActionResult
     from moto.elbv2.responses import ELBV2Response
 
-    owner = "moto.elbv2.responses.ELBV2Response"
-    _require(ELBV2Response, "describe_target_groups", owner)
+    require(ELBV2Response, "describe_target_groups")
 
     def describe_target_groups(self: Any) -> Any:
         found = list(
@@ -1086,7 +1049,7 @@ def patch_target_group_pages() -> Patch:
         more = start + size < len(found)
         return ActionResult({"TargetGroups": page, "NextMarker": page[-1].arn if more else None})
 
-    return _replace(ELBV2Response, "describe_target_groups", describe_target_groups, owner)
+    return replace(ELBV2Response, "describe_target_groups", describe_target_groups)
 
 
 # (e) and (f): interception through botocore's `before-send` event ----------------------
@@ -1349,7 +1312,7 @@ def on_ec2_write(listener: WriteListener) -> Patch:
         for operation in EC2_WRITE_OPERATIONS
     ]
 
-    return _together("EC2 write listener", patches)
+    return together("EC2 write listener", patches)
 
 
 # Reading moto state directly (test tooling only) ------------------------------------------
@@ -1369,11 +1332,9 @@ def security_group_rule_docs(backend: Any, group_ids: Iterable[str]) -> list[dic
     an API call, so neither faults on Describe* nor request counters see the monitor.
     """
     wanted = set(group_ids)
-    tags_by_resource: Mapping[str, Mapping[str, str]] = _require(
-        backend, "tags", "moto.ec2.models.tags.TagBackend"
-    )
+    tags_by_resource: Mapping[str, Mapping[str, str]] = require(backend, "tags")
     docs: list[dict[str, Any]] = []
-    groups = _require(backend, "groups", "moto.ec2.models.security_groups.SecurityGroupBackend")
+    groups = require(backend, "groups")
     for by_id in list(groups.values()):
         for group in list(by_id.values()):
             if group.id not in wanted:
@@ -1414,7 +1375,7 @@ def cloudformation_stack(stack_name: str, region: str, account_id: str = ACCOUNT
     from moto.cloudformation.models import cloudformation_backends
 
     backend = cloudformation_backends[account_id][region]
-    getter = _require(backend, "get_stack", "moto.cloudformation.models.CloudFormationBackend")
+    getter = require(backend, "get_stack")
     return getter(stack_name)
 
 
@@ -1429,13 +1390,13 @@ def stack_attribute(
     stack has no such resource or moto did not create it.
     """
     stack = cloudformation_stack(stack_name, region, account_id)
-    resources = _require(stack, "resource_map", "moto.cloudformation.models.Stack")
+    resources = require(stack, "resource_map")
     if logical_id not in resources.resources:
         raise KeyError(logical_id)
     resource = resources[logical_id]
     if resource is None:
         raise KeyError(f"{logical_id} was not created")
-    return _require(resource, "get_cfn_attribute", type(resource).__name__)(attribute)
+    return require(resource, "get_cfn_attribute")(attribute)
 
 
 def stack_condition(
@@ -1444,10 +1405,8 @@ def stack_condition(
     """Whether a template condition holds in a created stack, as moto's engine evaluated
     it (`moto.cloudformation.parsing.ResourceMap.lazy_condition_map`)."""
     stack = cloudformation_stack(stack_name, region, account_id)
-    resources = _require(stack, "resource_map", "moto.cloudformation.models.Stack")
-    conditions = _require(
-        resources, "lazy_condition_map", "moto.cloudformation.parsing.ResourceMap"
-    )
+    resources = require(stack, "resource_map")
+    conditions = require(resources, "lazy_condition_map")
     return bool(conditions[condition])
 
 
