@@ -623,7 +623,7 @@ def patch_eni_delegated_prefixes() -> Patch:
         return property(prefixes)
 
     patches: list[Patch] = []
-    try:  # `_add*` refuse once moto has the thing: leave nothing half applied then
+    try:  # `add` and `_add_key` refuse once moto has the thing: leave nothing half applied
         for family in _PREFIX_FAMILIES:
             name = f"{family.lower()[:4]}_prefixes"  # ipv4_prefixes, ipv6_prefixes
             patches.append(add(NetworkInterface, name, rendered(family)))
