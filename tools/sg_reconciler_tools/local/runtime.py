@@ -107,8 +107,6 @@ class LocalRuntime:
         handlers_root: str | Path | None = None,
         parameters: Mapping[str, str] | None = None,
         stack_name: str = "sg-reconciler-local",
-        ec2_fidelity: bool = True,
-        sdk_max_attempts: int | None = 1,
         account_id: str = moto_hooks.ACCOUNT_ID,
         region: str = REGION,
     ) -> None:
@@ -124,10 +122,9 @@ class LocalRuntime:
             Path(handlers_root) if handlers_root else self.template_path.resolve().parent
         )
         self.deployed_template: dict[str, Any] = {}  # what CreateStack got, once started
-        self.ec2_fidelity = ec2_fidelity
-        # botocore retries throttling with real sleeps; by default a handler's client makes
-        # one attempt, so an injected fault reaches the code under test exactly once per
-        # count. None keeps botocore's default (a client's own retry Config always wins).
+        # botocore retries throttling with real sleeps: a handler's client makes one attempt
+        # (AWS_MAX_ATTEMPTS; a client's own retry Config wins), so an injected fault reaches
+        # the code under test exactly once per count.
         # moto files every call under MOTO_ACCOUNT_ID: the stack, its functions' calls and
         # its executions all live in this account and region, as one deployment does.
         self.account_id, self.region = account_id, region
@@ -136,9 +133,8 @@ class LocalRuntime:
             "AWS_DEFAULT_REGION": region,
             "AWS_REGION": region,
             "MOTO_ACCOUNT_ID": account_id,
+            "AWS_MAX_ATTEMPTS": "1",
         }
-        if sdk_max_attempts is not None:
-            self._environment["AWS_MAX_ATTEMPTS"] = str(sdk_max_attempts)
         self.waits = moto_hooks.Recorder()
         self.retry_sleeps = moto_hooks.Recorder()
         self.pacer_sleeps = moto_hooks.Recorder()
@@ -199,8 +195,7 @@ class LocalRuntime:
             # Speed only (moto's answers unchanged): tag and rule lookups by id, not by
             # scanning the region, so a describe costs the groups it names.
             self._patches += moto_hooks.patch_ec2_lookups()
-            if self.ec2_fidelity:
-                self._patches += moto_hooks.patch_ec2_fidelity()
+            self._patches += moto_hooks.patch_ec2_fidelity()
             self._patches.append(moto_hooks.patch_events_envelope())
             self._patches.append(moto_hooks.patch_target_group_pages())
             self._patches.append(moto_hooks.patch_atomic_writes())
