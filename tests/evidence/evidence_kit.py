@@ -78,18 +78,6 @@ class ProcessKilled(Exception):
     """
 
 
-def service_error(service: str, code: str, message: str, *, status: int | None = None) -> Exception:
-    """The moto error for `code`; `status` sets the HTTP status where moto lets us (JSON APIs)."""
-    if service == "elbv2":
-        from moto.elbv2.exceptions import ELBClientError
-
-        return ELBClientError(code, message)
-    error = moto_hooks.service_error(service, code, message)
-    if status is not None and isinstance(getattr(error, "code", None), int):
-        error.code = status  # type: ignore[attr-defined]
-    return error
-
-
 class ScenarioFault:
     """Context manager: the calls `skip+1 .. skip+count` of one AWS action fail as `kind` says.
 
@@ -150,12 +138,12 @@ class ScenarioFault:
         message = f"injected {self.kind}"
         server = ERROR_CODES[service]["server_error"]
         if self.kind in ("throttled", "denied"):
-            raise service_error(service, ERROR_CODES[service][self.kind], message)
+            raise moto_hooks.AwsError(ERROR_CODES[service][self.kind], message)
         if self.kind == "server_error":
-            raise service_error(service, server, message, status=500)
+            raise moto_hooks.AwsError(server, message, 500)
         result = proceed()  # the call takes effect
         if self.kind == "response_lost":
-            raise service_error(service, server, message, status=500)
+            raise moto_hooks.AwsError(server, message, 500)
         if (service, operation) == ("lambda", "Invoke"):
             return died_response(result)
         self._died.flag = True

@@ -105,7 +105,7 @@ def test_the_read_pacer_leaves_writes_to_the_write_pacer(account: Account) -> No
     pacer.install(ec2)
 
     def throttle(service: str, operation: str, proceed: Any) -> Any:
-        moto_hooks.raise_service_error(service, "RequestLimitExceeded", "Request limit exceeded.")
+        raise moto_hooks.AwsError("RequestLimitExceeded", "Request limit exceeded.")
 
     patch = moto_hooks.intercept_api_call("ec2", "CreateTags", throttle)
     try:

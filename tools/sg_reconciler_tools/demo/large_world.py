@@ -134,8 +134,7 @@ def deny_authorize_in(group_id: str) -> moto_hooks.Patch:
 
     def deny(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
         if moto_hooks.current_request_params().get("GroupId") == [group_id]:
-            moto_hooks.raise_service_error(
-                service,
+            raise moto_hooks.AwsError(
                 "UnauthorizedOperation",
                 "You are not authorized to perform this operation.",
             )

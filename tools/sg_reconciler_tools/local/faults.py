@@ -120,4 +120,4 @@ class FaultInjector(moto_hooks.PatchSet):
             proceed()  # applied; a real error from moto wins over the injected one
         with self._lock:
             self._fired.append(FiredFault(fault, number))
-        moto_hooks.raise_service_error(service, fault.error_code, fault.message)
+        raise moto_hooks.AwsError(fault.error_code, fault.message)

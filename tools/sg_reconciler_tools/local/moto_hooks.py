@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
@@ -540,8 +540,7 @@ def _aws_prefix(value: object, family: str) -> str:
     except ValueError:
         network = None
     if network is None or (network.version, network.prefixlen) != (version, length):
-        raise_service_error(
-            "ec2",
+        raise AwsError(
             "InvalidParameterValue",
             f"Invalid {family} {value!r}: expected an IPv{version} /{length}",
         )
@@ -557,7 +556,7 @@ def _record_prefixes(service: str, operation: str, proceed: Proceed) -> Any:
     families, assign = _PREFIX_ACTIONS[operation]
     params = current_request_params()
     if any(f"{family}Count" in params for family in families):
-        raise_service_error("ec2", "InvalidParameterValue", "prefix counts are not modelled")
+        raise AwsError("InvalidParameterValue", "prefix counts are not modelled")
     wanted: dict[str, list[str]] = {}
     for family in families:
         listed = [
@@ -1023,6 +1022,7 @@ def patch_target_group_pages() -> Patch:
     AWS: https://docs.aws.amazon.com/elasticloadbalancing/latest/APIReference/API_DescribeTargetGroups.html
     """
     from moto.core.responses import ActionResult
+    from moto.elbv2.exceptions import ELBClientError
     from moto.elbv2.responses import ELBV2Response
 
     require(ELBV2Response, "describe_target_groups")
@@ -1037,13 +1037,13 @@ def patch_target_group_pages() -> Patch:
         )
         size = self._get_int_param("PageSize", ELB_MAX_PAGE_SIZE)
         if not 1 <= size <= ELB_MAX_PAGE_SIZE:
-            raise_service_error(
-                "elbv2", "ValidationError", f"PageSize {size} is not 1 to {ELB_MAX_PAGE_SIZE}"
+            raise ELBClientError(
+                "ValidationError", f"PageSize {size} is not 1 to {ELB_MAX_PAGE_SIZE}"
             )
         marker = self._get_param("Marker")
         arns = [group.arn for group in found]
         if marker and marker not in arns:
-            raise_service_error("elbv2", "ValidationError", f"Marker {marker!r} is not valid")
+            raise ELBClientError("ValidationError", f"Marker {marker!r} is not valid")
         start = arns.index(marker) + 1 if marker else 0
         page = found[start : start + size]
         more = start + size < len(found)
@@ -1079,8 +1079,8 @@ _serving = threading.local()
 
 class AwsError(Exception):
     """An AWS error answer: what an interceptor's `proceed()` raises when moto answered
-    with one (`response` is moto's answer, passed on as it is), and what an interceptor may
-    raise to fail a call (`service_error`'s moto exceptions work as well)."""
+    with one (`response` is moto's answer, passed on as it is), and what an interceptor
+    raises to fail a call (rendered in the service's protocol with `status`)."""
 
     def __init__(self, code: str, message: str, status: int = 400, response: Any = None) -> None:
         super().__init__(f"{code}: {message}")
@@ -1172,42 +1172,20 @@ def _dispatch(event_name: str, request: Any, **kwargs: Any) -> Any:
         if error.response is not None:
             return error.response
         return _error_response(service, request.url, error)
-    except Exception as error:
-        found = _as_aws_error(error)
-        if found is None:
-            raise
-        return _error_response(service, request.url, found)
     finally:
         _serving.request = saved
 
 
-def _as_aws_error(error: Exception) -> AwsError | None:
-    """A moto exception (`ServiceException`, or a `RESTError` whose `code` is the status)
-    as an `AwsError`; None for anything else."""
-    code = getattr(error, "error_type", None) or getattr(error, "code", None)
-    if not isinstance(code, str) or not hasattr(error, "message"):
-        return None
-    status = getattr(error, "code", 400)
-    return AwsError(
-        code.split("#")[-1], str(error.message), status if isinstance(status, int) else 400
-    )
-
-
 def _answered_error(protocol: str, response: Any) -> AwsError:
-    """moto's error answer, read as botocore's parser of `protocol` reads its code."""
-    text = response.content.decode(errors="replace")
-    if protocol in ("ec2", "query"):
-        found = [re.search(f"<{tag}>(.*?)</{tag}>", text, re.S) for tag in ("Code", "Message")]
-        code, message = (html.unescape(m.group(1)) if m else "" for m in found)
-    else:
-        try:
-            body = json.loads(text or "{}")
-        except ValueError:
-            body = {}
-        header = response.headers.get("x-amzn-ErrorType", "").split(":")[0]
-        code = header or str(body.get("__type") or body.get("code") or "")
-        message = str(body.get("message") or body.get("Message") or "")
-    return AwsError(code.split("#")[-1], message, response.status_code, response)
+    """moto's error answer, read by botocore's parser of the service's protocol."""
+    from botocore.parsers import create_parser
+
+    answer = {"status_code": response.status_code, "headers": response.headers}
+    # No output shape: botocore reads an error answer (status >= 300) without one.
+    parsed = create_parser(protocol).parse({**answer, "body": response.content}, cast(Any, None))
+    error = parsed.get("Error") or {}
+    code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+    return AwsError(code, message, response.status_code, response)
 
 
 def _error_response(service: str, url: str, error: AwsError) -> Any:
@@ -1255,35 +1233,6 @@ def install_dispatcher() -> None:
     if session is not None:
         session.events.unregister("before-send", cast(Any, botocore_stubber))
         session.events.register("before-send", _dispatch)
-
-
-def service_error(service: str, code: str, message: str) -> Exception:
-    """The moto exception a service raises for an AWS error `code`, as its clients see it."""
-    if service == "ec2":
-        from moto.ec2.exceptions import EC2ClientError
-
-        return EC2ClientError(code, message)
-    if service == "dynamodb":
-        from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
-
-        return DynamodbException(ERROR_TYPE_PREFIX + code, message)
-    if service == "stepfunctions":
-        from moto.core.exceptions import AWSError
-
-        return AWSError(message, exception_type=code)
-    if service == "lambda":
-        from moto.awslambda.exceptions import LambdaClientError
-
-        return LambdaClientError(code, message)
-    if service == "elbv2":
-        from moto.elbv2.exceptions import ELBClientError
-
-        return ELBClientError(code, message)
-    raise ValueError(f"no AWS error for service {service!r}; known: {', '.join(SERVICES)}")
-
-
-def raise_service_error(service: str, code: str, message: str) -> NoReturn:
-    raise service_error(service, code, message)
 
 
 WriteListener = Callable[[str, BaseException | None], None]  # (operation, error or None)

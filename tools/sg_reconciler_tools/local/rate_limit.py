@@ -102,9 +102,7 @@ class Ec2RateLimit(moto_hooks.PatchSet):
 
     def _intercept(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
         if not self._take():
-            moto_hooks.raise_service_error(
-                service, "RequestLimitExceeded", "Request limit exceeded."
-            )
+            raise moto_hooks.AwsError("RequestLimitExceeded", "Request limit exceeded.")
         return proceed()
 
     # Install and undo ---------------------------------------------------------------------
@@ -355,7 +353,7 @@ class AwsReadLimits(moto_hooks.PatchSet):
         try:
             if not allowed:
                 code, message = THROTTLE_ERRORS[service]
-                moto_hooks.raise_service_error(service, code, message)
+                raise moto_hooks.AwsError(code, message)
             if isinstance(self.clock, ScaledClock):
                 with self.clock.serving():
                     return proceed()
