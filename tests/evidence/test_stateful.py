@@ -31,6 +31,7 @@ from evidence.evidence_kit import (
     ScenarioFault,
     converge,
     drop_service,
+    end_the_brake_window,
     expire_locks,
     handler_variables_kept,
     live_plan,
@@ -105,6 +106,9 @@ class WorldChanges(RuleBasedStateMachine):
     def start_converged(self) -> None:
         set_policy(self.world, self.base_policy)
         expire_locks(self.runtime)
+        # Each example is its own day on the shared world: the brake (its window a day) would
+        # otherwise count every earlier example's removals and rightly hold the revokes.
+        end_the_brake_window(self.runtime)
         assert converge(self.world), live_plan(self.world).to_dict()
         for group in self.groups():
             for r in self.rules_of(group):
