@@ -286,18 +286,15 @@ def expire_locks(runtime: LocalRuntime) -> list[str]:
     return groups
 
 
-def end_the_brake_window(runtime: LocalRuntime) -> int:
+def end_the_brake_window(runtime: LocalRuntime) -> None:
     """Let a day pass for the brake: its windows and held plans expire (their TTL), so the
-    removals counted so far no longer count. Returns how many records ended."""
+    removals counted so far no longer count."""
     table = runtime.ref("LockTable")
     dynamodb = runtime.clients.dynamodb
-    ended = 0
     for item in dynamodb.scan(TableName=table).get("Items", []):
         key = item["group_id"]["S"]
         if key.startswith((WINDOW_PREFIX, HELD_PREFIX)):
             dynamodb.delete_item(TableName=table, Key={"group_id": {"S": key}})
-            ended += 1
-    return ended
 
 
 def held_locks(runtime: LocalRuntime) -> list[str]:

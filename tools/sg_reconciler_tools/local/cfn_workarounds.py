@@ -244,8 +244,6 @@ def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
     from moto.stepfunctions.responses import get_backend
     from moto.stepfunctions.utils import cfn_to_api_tags
 
-    moto_hooks.require(StateMachine, "create_from_cloudformation_json")
-
     def create_from_cloudformation_json(
         cls: Any,
         /,
@@ -284,8 +282,6 @@ def update_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
     """
     from moto.stepfunctions.models import StateMachine
     from moto.stepfunctions.responses import get_backend
-
-    moto_hooks.require(StateMachine, "update_from_cloudformation_json")
 
     def update_from_cloudformation_json(
         cls: Any,

@@ -1025,8 +1025,6 @@ def patch_target_group_pages() -> Patch:
     from moto.elbv2.exceptions import ELBClientError
     from moto.elbv2.responses import ELBV2Response
 
-    require(ELBV2Response, "describe_target_groups")
-
     def describe_target_groups(self: Any) -> Any:
         found = list(
             self.elbv2_backend.describe_target_groups(
