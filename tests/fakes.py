@@ -37,6 +37,7 @@ from sg_reconciler.core.ports import (
     LockStore,
     PlanStorage,
     RuleStore,
+    StartOutcome,
 )
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import (
@@ -360,18 +361,22 @@ class FakePlans:
 
 
 class FakeStarter:
-    """Starts executions by name; a name already running is a duplicate (False)."""
+    """Starts executions by name; a name already running is a duplicate, one in `exhausted`
+    has used up its restarts."""
 
     def __init__(self) -> None:
         self.started: list[tuple[str, dict[str, Any]]] = []
         self.running: set[str] = set()
+        self.exhausted: set[str] = set()
 
-    def __call__(self, name: str, payload: dict[str, Any]) -> bool:
+    def __call__(self, name: str, payload: dict[str, Any]) -> StartOutcome:
         if name in self.running:
-            return False
+            return "duplicate"
+        if name in self.exhausted:
+            return "restart limit"
         self.running.add(name)
         self.started.append((name, json.loads(json.dumps(payload))))
-        return True
+        return "started"
 
 
 @dataclass

@@ -88,6 +88,8 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     if result.released:
         logger.warning(f"brake released by an operator: {result.released}")
     log = logger.error if refused or result.outcome == "failed" else logger.info
+    if result.outcome == "restart limit":
+        log = logger.warning
     log(
         f"batch of {result.received}: {result.outcome}",
         extra={

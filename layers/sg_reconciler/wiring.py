@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         PlanStorage,
         RevocationWindow,
         RuleStore,
+        StartOutcome,
         WritePacer,
     )
     from sg_reconciler.core.scope import Scope
@@ -89,11 +90,11 @@ def group_locks(config: StepSettings | JanitorSettings) -> GroupLocks:
 
 
 def execution_starter(config: PlannerSettings, attempts: int = 1) -> ExecutionStarter:
-    """Start an execution of the deployment's state machine; False when the name is taken."""
+    """Start an execution of the deployment's state machine (`StartOutcome`)."""
 
     from sg_reconciler.adapters.executions import start_execution
 
-    def start(name: str, payload: dict[str, Any]) -> bool:
+    def start(name: str, payload: dict[str, Any]) -> StartOutcome:
         return start_execution(
             client("stepfunctions", attempts), config.state_machine_arn, name, payload
         )

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from sg_reconciler.adapters.aws import typed_aws_errors
 from sg_reconciler.errors import InvalidPlan
 
+if TYPE_CHECKING:
+    from sg_reconciler.core.ports import StartOutcome
+
 # Only a running execution makes a start a duplicate. One that ended (failed, or succeeded
 # and then the world drifted back to need the same steps within the name's 10-minute bucket)
 # is started again: the execution re-plans under its locks, so a needless restart only
-# finds nothing to change.
+# finds nothing to change. A plan that ended MAX_RESTARTS + 1 times in one window (it fails
+# every time) waits for the next window: "restart limit".
 STILL_RUNNING = frozenset({"RUNNING", "PENDING_REDRIVE"})
 MAX_RESTARTS = 9
 MAX_INPUT_BYTES = 32 * 1024  # far under Step Functions' 256 KiB: the plan is in the store
@@ -26,8 +30,9 @@ def execution_arn(state_machine_arn: str, name: str) -> str:
 
 def start_execution(
     stepfunctions: Any, state_machine_arn: str, name: str, payload: dict[str, Any]
-) -> bool:
-    """Start `name`; False when that plan is already running (a duplicate trigger).
+) -> StartOutcome:
+    """Start `name`: "started", or "duplicate" when that plan is running already (a
+    duplicate trigger), or "restart limit" when `name` and all its restarts have ended.
 
     A plan whose earlier execution of the same name ended is started again under
     `<name>-r<n>`: a failed one's fault may be gone, and after a succeeded one the world has
@@ -48,7 +53,7 @@ def start_execution(
                     name=current,
                     input=json.dumps({**payload, "plan_id": current}),
                 )
-                return True
+                return "started"
             except ClientError as err:
                 if err.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
                     raise
@@ -56,8 +61,8 @@ def start_execution(
                 executionArn=execution_arn(state_machine_arn, current)
             )["status"]
         if status in STILL_RUNNING:
-            return False
-    return False
+            return "duplicate"
+    return "restart limit"
 
 
 def in_flight_hand_backs(

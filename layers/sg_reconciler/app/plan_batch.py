@@ -32,7 +32,8 @@ class BatchResult:
     received: int = 0
     relevant: int = 0
     ignored: int = 0
-    outcome: str = "nothing to do"  # started | duplicate | unchanged | refused | failed
+    # started | duplicate | restart limit | unchanged | refused | failed
+    outcome: str = "nothing to do"
     execution_name: str | None = None
     reason: str = ""
     rules_to_add: int = 0
@@ -123,8 +124,12 @@ def plan_batch(
             ),
         )
         result.execution_name = name
-        started = start(name, execution_input.model_dump(exclude_none=True))
-        result.outcome = "started" if started else "duplicate"
+        result.outcome = start(name, execution_input.model_dump(exclude_none=True))
+        if result.outcome == "restart limit":
+            result.reason = (
+                f"{name} and each of its restarts in this {EXECUTION_NAME_BUCKET_SECONDS // 60}"
+                "-minute window ran and ended: the same plan starts again in the next window"
+            )
     except Exception as err:  # any failure: SQS redelivers the relevant records
         result.outcome, result.reason = "failed", f"{type(err).__name__}: {err}"
         result.failed_message_ids = [mid for mid, _ in relevant]

@@ -18,7 +18,7 @@ fakes (`tests/fakes.py`) satisfy them too, so the steps' branches run without mo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from sg_reconciler.core.rules import PLAN_TAG_KEY
 
@@ -160,10 +160,15 @@ class PlanStorage(Protocol):
         ...
 
 
-class ExecutionStarter(Protocol):
-    """Start an apply execution named `name`; False when that plan is already running."""
+# What a start did: "started"; "duplicate": that plan is running already; "restart limit":
+# that plan ended as often in its name's window as restarts are allowed (not started).
+StartOutcome: TypeAlias = Literal["started", "duplicate", "restart limit"]
 
-    def __call__(self, name: str, payload: dict[str, Any]) -> bool: ...
+
+class ExecutionStarter(Protocol):
+    """Start an apply execution named `name` (`StartOutcome` says whether it did)."""
+
+    def __call__(self, name: str, payload: dict[str, Any]) -> StartOutcome: ...
 
 
 class InventoryReader(Protocol):

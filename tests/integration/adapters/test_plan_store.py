@@ -7,10 +7,11 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from integration.adapters.tables import create_table
 from moto import mock_aws
 from sg_reconciler.adapters import plan_store as plan_store_module
-from sg_reconciler.adapters.executions import start_execution
+from sg_reconciler.adapters.executions import MAX_RESTARTS, start_execution
 from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.errors import InvalidPlan
 
@@ -72,3 +73,39 @@ def test_an_oversized_execution_input_is_refused_before_any_call() -> None:
         start_execution(sfn, "arn:aws:states:eu-west-1:1:stateMachine:m", "x", payload)
     assert sfn.calls == []
     assert start_execution(sfn, "arn:aws:states:eu-west-1:1:stateMachine:m", "x", {"plan_id": "x"})
+
+
+class NamesTaken:
+    """Step Functions where `taken` names exist already, each with its status."""
+
+    def __init__(self, taken: dict[str, str]) -> None:
+        self.taken = taken
+        self.tried: list[str] = []
+
+    def start_execution(self, **request: Any) -> dict[str, Any]:
+        self.tried.append(request["name"])
+        if request["name"] in self.taken:
+            error = {"Error": {"Code": "ExecutionAlreadyExists", "Message": "taken"}}
+            raise ClientError(error, "StartExecution")  # type: ignore[arg-type]
+        return {}
+
+    def describe_execution(self, executionArn: str) -> dict[str, Any]:
+        return {"status": self.taken[executionArn.rsplit(":", 1)[1]]}
+
+
+MACHINE = "arn:aws:states:eu-west-1:1:stateMachine:m"
+
+
+def test_a_plan_whose_executions_ended_restarts_until_the_window_has_no_name_left() -> None:
+    # Given "x" failed and its first restart succeeded: the next start is the second restart
+    sfn = NamesTaken({"x": "FAILED", "x-r1": "SUCCEEDED"})
+    assert start_execution(sfn, MACHINE, "x", {"plan_id": "x"}) == "started"
+    assert sfn.tried == ["x", "x-r1", "x-r2"]
+    # Given a restart still running: the start is a duplicate
+    sfn = NamesTaken({"x": "FAILED", "x-r1": "RUNNING"})
+    assert start_execution(sfn, MACHINE, "x", {"plan_id": "x"}) == "duplicate"
+    # Given every name of the window taken by ended executions: the limit, nothing started
+    names = ["x", *(f"x-r{n}" for n in range(1, MAX_RESTARTS + 1))]
+    sfn = NamesTaken(dict.fromkeys(names, "FAILED"))
+    assert start_execution(sfn, MACHINE, "x", {"plan_id": "x"}) == "restart limit"
+    assert sfn.tried == names

@@ -15,6 +15,7 @@ from sg_reconciler.app.scope_store import stored_scope
 from sg_reconciler.app.steps.check_plan import check_plan
 from sg_reconciler.core.plan import Plan, Refusal
 from sg_reconciler.core.planner import make_plan
+from sg_reconciler.core.ports import StartOutcome
 from sg_reconciler.core.rules import rule_from_dict
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.trigger.classify import Ignored, Parsed, Relevant
@@ -67,7 +68,7 @@ class Recorder:
     def starts(self) -> list[tuple[str, dict[str, Any]]]:
         return self.starter.started
 
-    def start(self, name: str, payload: dict[str, Any]) -> bool:
+    def start(self, name: str, payload: dict[str, Any]) -> StartOutcome:
         return self.starter(name, payload)
 
 
@@ -133,6 +134,21 @@ def test_a_duplicate_start_is_success() -> None:
     recorder = Recorder(plan, started=False)
     result = plan_batch(relevant(1), recorder.replan, recorder.start, 0.0, recorder.plans)
     assert result.outcome == "duplicate" and result.failed_message_ids == []
+
+
+def test_a_plan_out_of_restarts_says_so_and_is_not_a_failure() -> None:
+    # Given a plan whose execution and every restart of it ended in this window
+    plan = make_plan([], [DESIRED])
+    assert isinstance(plan, Plan)
+    recorder = Recorder(plan)
+    name = execution_name(plan, 0.0)
+    recorder.starter.exhausted.add(name)
+    # When its trigger arrives again
+    result = plan_batch(relevant(1), recorder.replan, recorder.start, 0.0, recorder.plans)
+    # Then nothing starts, the outcome names the window, and SQS does not redeliver
+    assert result.outcome == "restart limit" and recorder.starts == []
+    assert result.reason.startswith(name) and "next window" in result.reason
+    assert result.failed_message_ids == []
 
 
 def test_a_planning_failure_returns_only_the_relevant_records_to_the_queue() -> None:
