@@ -156,6 +156,28 @@ def test_allowing_more_than_old_or_new_is_over_exposure(groups: Groups) -> None:
     assert not violation.traffic.allows(node, Peer("cidr4", "10.1.0.1/32"), 6, 443)  # in OLD
 
 
+def test_the_states_seen_can_be_judged_again_against_a_desired_state_known_later(
+    groups: Groups,
+) -> None:
+    # Given a run watched against a NEW that lacks what the run's own plan wanted
+    node, lb = groups.new(), Peer("group", groups.lb)
+    old_id = groups.authorize(node, tcp(node, 31000, 31000, lb))
+    with InvariantMonitor(groups.ec2, [node], None, [tcp(node, 31000, 31000, lb)]) as monitor:
+        groups.authorize(node, tcp(node, 31000, 32000, lb))
+        groups.revoke(node, old_id)
+    assert [v.invariant for v in monitor.violations] == ["2 no over-exposure"] * 2
+    # When the same states are judged with the plan's desired rule in NEW, they are safe
+    assert monitor.violations_against([tcp(node, 31000, 32000, lb)]) == []
+    # And judged against another NEW, each state after the widening is judged on its own
+    other = monitor.violations_against([tcp(node, 31000, 31500, lb)])
+    assert [(v.snapshot, v.invariant) for v in other] == [
+        (1, "2 no over-exposure"),
+        (2, "2 no over-exposure"),
+    ]
+    assert other[0].traffic is not None and other[0].traffic.allows(node, lb, 6, 31501)
+    assert not other[0].traffic.allows(node, lb, 6, 31500)
+
+
 def test_touching_an_unmanaged_rule_breaks_ownership(groups: Groups) -> None:
     node = groups.new()
     ssh = tcp(node, 22, 22, Peer("cidr4", "10.2.0.0/16"), "bastion")

@@ -10,6 +10,7 @@ planner's own checker, so the monitor judges the real calls by the planner's rul
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -76,14 +77,12 @@ class InvariantMonitor:
         self.owner = owner
         self._lock = threading.Lock()
         self._patch: moto_hooks.Patch | None = None
-        old = list(old_rules) if old_rules is not None else self._read()
-        self.bounds: dict[str, GroupBounds] = group_bounds(old, list(new_rules), owner)
-        for group_id in self.group_ids:
-            self.bounds.setdefault(group_id, GroupBounds(frozenset(), frozenset()))
+        self._old = list(old_rules) if old_rules is not None else self._read()
+        self.bounds = self._bounds(new_rules)
         self._baseline = Snapshot(0, "start", None, tuple(self._read()))
         self._snapshots: list[Snapshot] = []
         self._violations: list[MonitorViolation] = []
-        self._check(self._baseline, None)
+        self._violations += self._check(self._baseline, None, self.bounds)
 
     def __enter__(self) -> InvariantMonitor:
         self._patch = moto_hooks.on_ec2_write(self._after_write)
@@ -130,6 +129,22 @@ class InvariantMonitor:
             lines = "\n".join(f"  {violation}" for violation in found)
             raise AssertionError(f"{self.summary()}:\n{lines}")
 
+    def violations_against(self, new_rules: Iterable[Rule]) -> list[MonitorViolation]:
+        """Every state seen so far judged again with other desired rules as NEW: for a run
+        whose desired state is known only after it (what its planner stored)."""
+        bounds = self._bounds(new_rules)
+        states = [self._baseline, *self.snapshots]
+        found = self._check(states[0], None, bounds)
+        for previous, snapshot in itertools.pairwise(states):
+            found += self._check(snapshot, previous, bounds)
+        return found
+
+    def _bounds(self, new_rules: Iterable[Rule]) -> dict[str, GroupBounds]:
+        bounds = group_bounds(self._old, list(new_rules), self.owner)
+        for group_id in self.group_ids:
+            bounds.setdefault(group_id, GroupBounds(frozenset(), frozenset()))
+        return bounds
+
     def check(self, operation: str = "check") -> Snapshot:
         """Take a snapshot now (for writes the hook cannot see, e.g. straight to the backend)."""
         return self._record(operation, None)
@@ -143,46 +158,41 @@ class InvariantMonitor:
             previous = self._snapshots[-1] if self._snapshots else self._baseline
             snapshot = Snapshot(len(self._snapshots) + 1, operation, error, tuple(self._read()))
             self._snapshots.append(snapshot)
-            self._check(snapshot, previous)
+            self._violations += self._check(snapshot, previous, self.bounds)
             return snapshot
 
     def _read(self) -> list[Rule]:
         docs = moto_hooks.security_group_rule_docs(self._backend, self.group_ids)
         return ingress_rules(docs, "moto")
 
-    def _check(self, snapshot: Snapshot, previous: Snapshot | None) -> None:
-        for group_id, bounds in sorted(self.bounds.items()):
+    def _check(
+        self, snapshot: Snapshot, previous: Snapshot | None, bounds: dict[str, GroupBounds]
+    ) -> list[MonitorViolation]:
+        found: list[MonitorViolation] = []
+
+        def violate(invariant: str, group_id: str, detail: str, traffic: Traffic | None) -> None:
+            found.append(
+                MonitorViolation(
+                    snapshot.index, snapshot.operation, invariant, group_id, detail, traffic
+                )
+            )
+
+        for group_id, bound in sorted(bounds.items()):
             keys = frozenset(rule.key for rule in snapshot.of_group(group_id))
-            lost = bounds.loses_traffic(keys)
+            lost = bound.loses_traffic(keys)
             if lost:
-                self._violate(snapshot, "1 no loss", group_id, f"denies {lost.describe()}", lost)
-            exposed = bounds.over_exposes(keys)
+                violate("1 no loss", group_id, f"denies {lost.describe()}", lost)
+            exposed = bound.over_exposes(keys)
             if exposed:
-                detail = f"allows {exposed.describe()}"
-                self._violate(snapshot, "2 no over-exposure", group_id, detail, exposed)
+                violate("2 no over-exposure", group_id, f"allows {exposed.describe()}", exposed)
         if previous is not None:
             now = {rule.rule_id: rule for rule in snapshot.rules}
             for rule in _changed(previous.rules, snapshot.rules):
                 if not rule.owned_by(self.owner) and not _adopted(
                     rule, now.get(rule.rule_id), self.owner
                 ):
-                    self._violate(
-                        snapshot, "3 ownership", rule.group_id, f"changed unmanaged rule {rule}"
-                    )
-
-    def _violate(
-        self,
-        snapshot: Snapshot,
-        invariant: str,
-        group_id: str,
-        detail: str,
-        traffic: Traffic | None = None,
-    ) -> None:
-        self._violations.append(
-            MonitorViolation(
-                snapshot.index, snapshot.operation, invariant, group_id, detail, traffic
-            )
-        )
+                    violate("3 ownership", rule.group_id, f"changed unmanaged rule {rule}", None)
+        return found
 
 
 def _changed(before: Sequence[Rule], after: Sequence[Rule]) -> list[Rule]:
