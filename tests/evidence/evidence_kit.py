@@ -245,9 +245,10 @@ def current_policy(world: DemoWorld) -> str:
     return str(ssm.get_parameter(Name=world.runtime.ref("PolicyParameter"))["Parameter"]["Value"])
 
 
-def live_plan(world: DemoWorld) -> LivePlan:
+def live_plan(world: DemoWorld, **policy_overrides: Any) -> LivePlan:
+    """A full plan from the account as it is, under the current policy (with overrides)."""
     clients = world.runtime.clients
-    policy = parse_policy(current_policy(world))
+    policy = parse_policy(json.dumps({**json.loads(current_policy(world)), **policy_overrides}))
     return compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, policy), policy, None)
 
 
@@ -255,9 +256,7 @@ def exact_needs(world: DemoWorld) -> list[Rule]:
     """The desired rules with every needed port range its own rule (the policy's largest
     rule budget): the traffic live targets use, without the ports a smaller budget adds to
     join ranges."""
-    clients = world.runtime.clients
-    policy = parse_policy(json.dumps({**json.loads(current_policy(world)), "rule_budget": 60}))
-    return compute_live_plan(AccountInventory(clients.ec2, clients.elbv2, policy), policy).desired
+    return live_plan(world, rule_budget=60).desired
 
 
 def planned_desired(world: DemoWorld, executions: list[dict[str, Any]]) -> list[Rule]:
