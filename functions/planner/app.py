@@ -87,8 +87,10 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         logger.error(f"revokes held by the brake: {result.held}")
     if result.released:
         logger.warning(f"brake released by an operator: {result.released}")
-    log = logger.error if refused or result.outcome == "failed" else logger.info
-    if result.outcome == "restart limit":
+    log = logger.info
+    if refused or result.outcome == "failed":
+        log = logger.error
+    elif result.outcome == "restart limit":
         log = logger.warning
     log(
         f"batch of {result.received}: {result.outcome}",

@@ -10,6 +10,7 @@ calls (to aim at one step of the flow), ELBv2 operations, and the "process died"
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -384,30 +385,35 @@ def planner_run(
 
 
 SCHEDULE_SECONDS = 900  # the drift-repair schedule's period (template.yaml)
+# Scheduled runs this process has modelled: each converge round is the schedule's next run.
+_schedule_runs = itertools.count(1)
 
 
 def converge(world: DemoWorld, rounds: int = 2, pause: float = 0.0) -> bool:
     """Scheduled reconciles (at most `rounds`) until a fresh plan has no steps left; `pause`
     seconds between them lets each run's verification be its own (the inventory index's
     versions count whole seconds). A schedule's runs are minutes apart: the planner sees
-    each round one period later than the last, so a plan that failed more often than its
-    execution name's window allows restarts (`restart limit`) runs again, as on AWS."""
+    each round one period later than the round before, in this call or any earlier one, so
+    a plan that failed more often than its execution name's window allows restarts
+    (`restart limit`) runs again, as on AWS."""
     for round_ in range(rounds):
         if plan_steps(world) == 0:
             return True
         if round_ and pause:
             time.sleep(pause)
-        with planner_clock_ahead(world.runtime, round_ * SCHEDULE_SECONDS):
+        with planner_clock_ahead(world.runtime, next(_schedule_runs) * SCHEDULE_SECONDS):
             planner_run(world)
     return plan_steps(world) == 0
 
 
 @contextmanager
 def planner_clock_ahead(runtime: LocalRuntime, seconds: float) -> Iterator[None]:
-    """The planner handler's `time.time()` runs `seconds` ahead (it names executions by it)."""
+    """The planner handler's `time.time()` runs `seconds` ahead (it names executions by it).
+    Before the planner's first run in this runtime its module is not imported: that run
+    keeps the real time, and no plan has used up a window yet."""
     spec = next(f for f in runtime.functions if f.logical_id == "PlannerFunction")
-    module = sys.modules.get(module_name(spec))
-    if module is None or not seconds:  # not imported yet: its first run is the first round
+    module = sys.modules.get(module_name(spec))  # the name the runtime's host imports it as
+    if module is None:
         yield
         return
     real = module.time

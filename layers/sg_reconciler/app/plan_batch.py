@@ -126,10 +126,11 @@ def plan_batch(
         result.execution_name = name
         result.outcome = start(name, execution_input.model_dump(exclude_none=True))
         if result.outcome == "restart limit":
-            result.reason = (
+            limit = (
                 f"{name} and each of its restarts in this {EXECUTION_NAME_BUCKET_SECONDS // 60}"
                 "-minute window ran and ended: the same plan starts again in the next window"
             )
+            result.reason = "; ".join(filter(None, [result.reason, limit]))
     except Exception as err:  # any failure: SQS redelivers the relevant records
         result.outcome, result.reason = "failed", f"{type(err).__name__}: {err}"
         result.failed_message_ids = [mid for mid, _ in relevant]

@@ -161,7 +161,7 @@ class PlanStorage(Protocol):
 
 
 # What a start did: "started"; "duplicate": that plan is running already; "restart limit":
-# that plan ended as often in its name's window as restarts are allowed (not started).
+# that plan's execution and every restart allowed in its name's window ended (not started).
 StartOutcome: TypeAlias = Literal["started", "duplicate", "restart limit"]
 
 

@@ -72,7 +72,10 @@ def test_an_oversized_execution_input_is_refused_before_any_call() -> None:
     with pytest.raises(InvalidPlan, match="over 32768"):
         start_execution(sfn, "arn:aws:states:eu-west-1:1:stateMachine:m", "x", payload)
     assert sfn.calls == []
-    assert start_execution(sfn, "arn:aws:states:eu-west-1:1:stateMachine:m", "x", {"plan_id": "x"})
+    started = start_execution(
+        sfn, "arn:aws:states:eu-west-1:1:stateMachine:m", "x", {"plan_id": "x"}
+    )
+    assert started == "started"
 
 
 class NamesTaken:

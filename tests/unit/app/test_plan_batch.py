@@ -149,6 +149,15 @@ def test_a_plan_out_of_restarts_says_so_and_is_not_a_failure() -> None:
     assert result.outcome == "restart limit" and recorder.starts == []
     assert result.reason.startswith(name) and "next window" in result.reason
     assert result.failed_message_ids == []
+    # And a partial plan out of restarts keeps saying which groups it held back
+    partial = replace(plan, refused=("sg-held: no quota headroom",))
+    recorder = Recorder(partial)
+    recorder.starter.exhausted.add(execution_name(partial, 0.0))
+    result = plan_batch(relevant(1), recorder.replan, recorder.start, 0.0, recorder.plans)
+    assert result.outcome == "restart limit" and result.refused_groups == 1
+    assert (
+        result.reason.startswith("sg-held: no quota headroom; ") and "next window" in result.reason
+    )
 
 
 def test_a_planning_failure_returns_only_the_relevant_records_to_the_queue() -> None:
