@@ -101,7 +101,7 @@ def plan_batch(
             return result
         # Only a batch that starts an execution loads these (cold start: an ignored event,
         # the most frequent, needs none of them).
-        from sg_reconciler.app.contracts import ExecutionInput, PlanRef, Trigger
+        from sg_reconciler.app.contracts.execution import ExecutionInput, PlanRef, Trigger
         from sg_reconciler.app.planned import planned_by, put_planned
         from sg_reconciler.app.scope_store import put_scope
 

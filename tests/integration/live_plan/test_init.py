@@ -15,7 +15,7 @@ import pytest
 from integration.live_plan.lbc_world import CLIENTS, VPC_CIDR, LbcWorld, build_lbc_world
 from sg_reconciler.adapters import aws as aws_module
 from sg_reconciler.adapters.security_groups import SecurityGroupRules
-from sg_reconciler.app.contracts import PlanDocument
+from sg_reconciler.app.contracts.plan import PlanDocument
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke
 from sg_reconciler.core.rules import Rule, ingress_rules
 from sg_reconciler.policy import (

@@ -9,6 +9,7 @@ side would otherwise only show when an execution runs.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -19,26 +20,22 @@ from typing import Any, Union, get_args, get_origin
 
 import pytest
 from pydantic import BaseModel
-from sg_reconciler.app.contracts import (
-    ApplyInput,
-    ApplyOutput,
-    CheckOutput,
-    CheckRequest,
+from sg_reconciler.app.contracts.apply import ApplyInput, ApplyOutput
+from sg_reconciler.app.contracts.execution import CheckOutput, CheckRequest
+from sg_reconciler.app.contracts.locks import LockInput, LocksOutput, ReleaseOutput
+from sg_reconciler.app.contracts.refresh import RefreshInput, RefreshOutput, RevokesOutput
+from sg_reconciler.app.contracts.rollback import (
+    RollbackInput,
+    RollbackItemOutput,
+    RollbackOutput,
+    RollbackReportInput,
+)
+from sg_reconciler.app.contracts.verify import (
     LeftoverBatchesOutput,
     LeftoverCheckInput,
     LeftoverItemOutput,
     LeftoverListInput,
     LeftoversOutput,
-    LockInput,
-    LocksOutput,
-    RefreshInput,
-    RefreshOutput,
-    ReleaseOutput,
-    RevokesOutput,
-    RollbackInput,
-    RollbackItemOutput,
-    RollbackOutput,
-    RollbackReportInput,
     VerifyInput,
     VerifyOutput,
 )
@@ -242,3 +239,66 @@ def test_a_misspelt_path_would_fail() -> None:
     assert found is not None
     with pytest.raises(AssertionError, match="no field 'concurency'"):
         resolve(*found)
+
+
+# Which contract modules a step function's import loads (cold start, docs/architecture.md):
+# its own family and what that family builds on, never every step's models.
+ROOT = Path(__file__).resolve().parents[3]
+STEP_CONTRACTS = {
+    "acquire_locks": {"base", "locks"},
+    "release_locks": {"base", "locks"},
+    "check_plan": {"base", "execution", "plan"},
+    "refresh_plan": {"base", "refresh"},
+    "apply_steps": {"base", "apply", "plan"},
+    "verify_rules": {"base", "verify"},
+    "roll_back": {"base", "rollback"},
+}
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """The sg_reconciler modules a file imports when it is imported: its top-level import
+    statements (not those in functions or under TYPE_CHECKING)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        found |= {name for name in names if name.startswith("sg_reconciler") and source(name)}
+    return found
+
+
+def source(module: str) -> Path | None:
+    base = ROOT / "layers" / Path(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.exists():
+            return path
+    return None
+
+
+def loaded_by(path: Path) -> set[str]:
+    """Every sg_reconciler module importing `path` loads, its packages included."""
+    loaded: set[str] = set()
+    todo = sorted(module_level_imports(path))
+    while todo:
+        module = todo.pop()
+        parts = module.split(".")
+        for package in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
+            if package not in loaded:
+                loaded.add(package)
+                todo += sorted(module_level_imports(source(package)))  # type: ignore[arg-type]
+    return loaded
+
+
+@pytest.mark.parametrize("step", sorted(STEP_CONTRACTS))
+def test_a_step_function_loads_only_its_own_contracts(step: str) -> None:
+    prefix = "sg_reconciler.app.contracts."
+    loaded = loaded_by(ROOT / "functions" / "steps" / f"{step}.py")
+    families = {module.removeprefix(prefix) for module in loaded if module.startswith(prefix)}
+    assert families == STEP_CONTRACTS[step]
+
+
+def test_every_step_function_is_listed() -> None:
+    functions = {p.stem for p in (ROOT / "functions" / "steps").glob("*.py")}
+    assert functions == set(STEP_CONTRACTS)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
-from sg_reconciler.app.contracts import PlanDocument
+from sg_reconciler.app.contracts.plan import PlanDocument
 from sg_reconciler.core.desired import LookupMiss
 from sg_reconciler.core.handover import hand_over
 from sg_reconciler.core.phases import split_phases

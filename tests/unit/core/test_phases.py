@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from sg_reconciler.app.contracts import StoredPhases
+from sg_reconciler.app.contracts.plan import StoredPhases
 from sg_reconciler.core.phases import ADDING, Phases, split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Modify, Revoke, Step
 from sg_reconciler.core.rules import Rule, rule_from_dict

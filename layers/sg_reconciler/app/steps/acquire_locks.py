@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sg_reconciler.app.contracts import LockInput, LocksOutput
+from sg_reconciler.app.contracts.locks import LockInput, LocksOutput
 from sg_reconciler.app.steps.common import parse, plan_groups
 from sg_reconciler.core.ports import LockStore, PlanStorage
 from sg_reconciler.errors import ExecutionStopped

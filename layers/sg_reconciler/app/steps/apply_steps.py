@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sg_reconciler.app.contracts import ApplyInput, ApplyItem, ApplyOutput
+from sg_reconciler.app.contracts.apply import ApplyInput, ApplyItem, ApplyOutput
 from sg_reconciler.app.steps.common import failed_part, parse
 from sg_reconciler.core.guard import call_would_lose
 from sg_reconciler.core.phases import ADDING

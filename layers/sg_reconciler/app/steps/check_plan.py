@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sg_reconciler.app.contracts import CheckOutput, CheckRequest
+from sg_reconciler.app.contracts.execution import CheckOutput, CheckRequest
 from sg_reconciler.app.steps.common import parse
 from sg_reconciler.core.ports import PlanStorage
 from sg_reconciler.errors import InvalidPlan

@@ -4,20 +4,16 @@ the phases the refresh stored, and the records a Map's items keep in the plan st
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from sg_reconciler.app.contracts import (
-    GroupsInput,
-    Input,
-    LeftoverRecord,
-    RollbackRecord,
-    StoredPhases,
-)
-from sg_reconciler.core.phases import PHASE_NAMES, Phases
+from sg_reconciler.app.contracts.base import BatchRecord, GroupsInput, Input
 from sg_reconciler.core.ports import PlanStorage
 from sg_reconciler.errors import InvalidPlan, validation_message
+
+if TYPE_CHECKING:
+    from sg_reconciler.core.phases import Phases
 
 
 def failure_text(error: dict[str, Any] | None) -> str:
@@ -51,6 +47,11 @@ def plan_groups(request: GroupsInput, store: PlanStorage) -> list[str]:
 
 def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, Any]]:
     """The phases the refresh stored, parsed, and their raw items (with desired rules)."""
+    # Imported here: the lock steps never read phases, so their cold start builds neither
+    # the plan's dataclasses nor its models (docs/architecture.md, "Cold start").
+    from sg_reconciler.app.contracts.plan import StoredPhases
+    from sg_reconciler.core.phases import PHASE_NAMES
+
     doc = {phase: store.phase(plan_id, phase) for phase in PHASE_NAMES}
     try:
         return StoredPhases.model_validate(doc).to_phases(), doc
@@ -66,7 +67,7 @@ def failed_part(phase: str) -> str:
 MAX_FAILURES = 5  # failures a cause names; the rest are counted
 
 
-Recorded = TypeVar("Recorded", LeftoverRecord, RollbackRecord)
+Recorded = TypeVar("Recorded", bound=BatchRecord)
 
 
 def batch_records(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sg_reconciler.app.contracts import (
+from sg_reconciler.app.contracts.refresh import (
     BatchRefs,
     PacingOutput,
     RefreshInput,

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sg_reconciler.app.contracts import JanitorOutput, LockInput, ReleaseOutput, StatusChangeEvent
+from sg_reconciler.app.contracts.locks import (
+    JanitorOutput,
+    LockInput,
+    ReleaseOutput,
+    StatusChangeEvent,
+)
 from sg_reconciler.app.steps.common import parse, plan_groups
 from sg_reconciler.core.ports import LockStore, PlanStorage
 

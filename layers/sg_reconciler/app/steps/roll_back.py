@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sg_reconciler.app.contracts import (
+from sg_reconciler.app.contracts.rollback import (
     RollbackInput,
     RollbackItemOutput,
     RollbackOutput,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sg_reconciler.app.contracts import (
+from sg_reconciler.app.contracts.verify import (
     LeftoverBatchesOutput,
     LeftoverCheckInput,
     LeftoverItemOutput,
