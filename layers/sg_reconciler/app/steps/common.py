@@ -47,8 +47,9 @@ def plan_groups(request: GroupsInput, store: PlanStorage) -> list[str]:
 
 def stored_phases(store: PlanStorage, plan_id: str) -> tuple[Phases, dict[str, Any]]:
     """The phases the refresh stored, parsed, and their raw items (with desired rules)."""
-    # Imported here: the lock steps never read phases, so their cold start builds neither
-    # the plan's dataclasses nor its models (docs/architecture.md, "Cold start").
+    # Imported here: the lock and rollback steps never read phases (the refresh only when it
+    # re-plans the revokes), so their imports create neither the plan's dataclasses nor its
+    # models (docs/architecture.md, "Cold start").
     from sg_reconciler.app.contracts.plan import StoredPhases
     from sg_reconciler.core.phases import PHASE_NAMES
 
