@@ -17,7 +17,8 @@ planner plus each Lambda the state machine invokes on the success path (read fro
 statemachine/apply_plan.asl.json: the states reachable from StartAt without a Catch).
 
 The figures of a git ref (`--before REF`, by default the commit this work started from) are
-measured the same way, from `git archive` of that ref, for the before/after rows.
+measured the same way, from `git archive` of that ref, in the same rounds as the working
+tree's (each round runs every target of both), for the before/after rows.
 
 Run: .venv/bin/python -m benchmarks.bench_cold_start [--repeat N] [--before REF]
 """
@@ -223,32 +224,47 @@ def _run(statement: str, cwd: Path, pythonpath: list[Path], env: dict[str, str])
     return [float(x) for x in out.stdout.split()]
 
 
-def measure(staged: Path, repeat: int, one_function: bool = True) -> dict[str, Any]:
-    """Median wall and CPU of each handler's import and of the two baselines, in `staged`."""
+Target = tuple[str, Path, dict[str, str]]  # (statement, working directory, environment)
+
+
+def targets(staged: Path) -> dict[str, Target]:
+    """The baselines, each handler's import and one function for every step, in `staged`."""
     functions = deployed_functions(staged)
-    layer = staged / "layers"
-    targets: dict[str, tuple[str, Path, dict[str, str]]] = {}
+    found: dict[str, Target] = {}
     any_env = next(iter(functions.values()))["env"]
-    targets["import boto3"] = (BOTO3, staged, {"AWS_REGION": REGION})
-    targets["boto3 + Powertools Logger/Metrics"] = (POWERTOOLS, staged, any_env)
-    targets["floor with typed contracts"] = (CONTRACT_FLOOR, staged, any_env)
+    found["import boto3"] = (BOTO3, staged, {"AWS_REGION": REGION})
+    found["boto3 + Powertools Logger/Metrics"] = (POWERTOOLS, staged, any_env)
+    found["floor with typed contracts"] = (CONTRACT_FLOOR, staged, any_env)
     for logical, f in functions.items():
         statement = f"import {f['module']} as m; m.{f['handler']}"
-        targets[logical] = (statement, staged / f["folder"], f["env"])
-    if one_function:
-        steps = [f["module"] for f in functions.values() if f["folder"] == "functions/steps"]
-        module = _one_function_module(staged, sorted(set(steps)))
-        env = {**functions["ApplyStepsFunction"]["env"]}
-        env["AWS_LAMBDA_FUNCTION_NAME"] = "sg-reconciler-StepsFunction"
-        targets["one function for every step"] = (
-            f"import {module}",
-            staged / "functions/steps",
-            env,
-        )
-    samples: dict[str, list[list[float]]] = {name: [] for name in targets}
+        found[logical] = (statement, staged / f["folder"], f["env"])
+    steps = [f["module"] for f in functions.values() if f["folder"] == "functions/steps"]
+    module = _one_function_module(staged, sorted(set(steps)))
+    env = {
+        **functions["ApplyStepsFunction"]["env"],
+        "AWS_LAMBDA_FUNCTION_NAME": "sg-reconciler-StepsFunction",
+    }
+    found["one function for every step"] = (f"import {module}", staged / "functions/steps", env)
+    return found
+
+
+def measure(trees: dict[str, Path], repeat: int) -> dict[str, dict[str, Any]]:
+    """Median wall and CPU of each handler's import and of the baselines, for each staged
+    tree. Every round runs every target of every tree, so a noisy moment of the machine
+    falls on all of them alike and the trees compare within one run."""
+    every = {tag: targets(staged) for tag, staged in trees.items()}
+    samples: dict[str, dict[str, list[list[float]]]] = {
+        tag: {name: [] for name in found} for tag, found in every.items()
+    }
     for _ in range(repeat):
-        for name, (statement, cwd, env) in targets.items():
-            samples[name].append(_run(statement, cwd, [cwd, layer], env))
+        for tag, found in every.items():
+            for name, (statement, cwd, env) in found.items():
+                layer = trees[tag] / "layers"
+                samples[tag][name].append(_run(statement, cwd, [cwd, layer], env))
+    return {tag: _figures(trees[tag], runs) for tag, runs in samples.items()}
+
+
+def _figures(staged: Path, samples: dict[str, list[list[float]]]) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for name, runs in samples.items():
         figures[name] = {
@@ -257,38 +273,38 @@ def measure(staged: Path, repeat: int, one_function: bool = True) -> dict[str, A
             "modules": int(statistics.median(r[2] for r in runs)),
         }
     boto3, powertools = figures["import boto3"], figures["boto3 + Powertools Logger/Metrics"]
+    floor = figures["floor with typed contracts"]
     for f in figures.values():
         f["x_boto3"] = round(f["wall_s"] / boto3["wall_s"], 2)
         f["x_powertools"] = round(f["wall_s"] / powertools["wall_s"], 2)
         f["cpu_x_boto3"] = round(f["cpu_s"] / boto3["cpu_s"], 2)
         f["cpu_x_powertools"] = round(f["cpu_s"] / powertools["cpu_s"], 2)
-    path = cold_execution_functions(staged)
-    per_execution = ["PlannerFunction", *path]
-    result: dict[str, Any] = {
+        f["cpu_x_floor"] = round(f["cpu_s"] / floor["cpu_s"], 2)
+    per_execution = ["PlannerFunction", *cold_execution_functions(staged)]
+    return {
         "imports": figures,
         "execution_functions": per_execution,
         "cold_cpu_per_execution_s": round(sum(figures[f]["cpu_s"] for f in per_execution), 3),
-    }
-    if one_function:
-        result["cold_cpu_per_execution_one_function_s"] = round(
+        "cold_cpu_per_execution_one_function_s": round(
             figures["PlannerFunction"]["cpu_s"] + figures["one function for every step"]["cpu_s"],
             3,
-        )
-    return result
+        ),
+    }
 
 
 def run_benchmark(repeat: int = 7, before: str | None = BEFORE_REF) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sg-cold-") as tmp:
-        after = measure(stage(Path(tmp) / "after"), repeat)
-        figures: dict[str, Any] = {"repeat": repeat, "after": after}
+        trees = {"after": stage(Path(tmp) / "after")}
         if before is not None:
             known = subprocess.run(
                 ["git", "-C", str(ROOT), "cat-file", "-e", f"{before}^{{commit}}"],
                 capture_output=True,
             )
             if known.returncode == 0:
-                figures["before_ref"] = before
-                figures["before"] = measure(stage(Path(tmp) / "before", before), repeat)
+                trees["before"] = stage(Path(tmp) / "before", before)
+        figures: dict[str, Any] = {"repeat": repeat, **measure(trees, repeat)}
+        if "before" in trees:
+            figures["before_ref"] = before
         return figures
 
 
