@@ -250,16 +250,18 @@ def targets(staged: Path) -> dict[str, Target]:
 
 def measure(trees: dict[str, Path], repeat: int) -> dict[str, dict[str, Any]]:
     """Median wall and CPU of each handler's import and of the baselines, for each staged
-    tree. Every round runs every target of every tree, so a noisy moment of the machine
-    falls on all of them alike and the trees compare within one run."""
+    tree. Every round runs every target of every tree, the trees' order turning from round
+    to round, so the machine's slow and fast moments fall on all of them alike and the trees
+    compare within one run."""
     every = {tag: targets(staged) for tag, staged in trees.items()}
     samples: dict[str, dict[str, list[list[float]]]] = {
         tag: {name: [] for name in found} for tag, found in every.items()
     }
-    for _ in range(repeat):
-        for tag, found in every.items():
-            for name, (statement, cwd, env) in found.items():
-                layer = trees[tag] / "layers"
+    tags = list(every)
+    for round_ in range(repeat):
+        for tag in tags[round_ % len(tags) :] + tags[: round_ % len(tags)]:
+            layer = trees[tag] / "layers"
+            for name, (statement, cwd, env) in every[tag].items():
                 samples[tag][name].append(_run(statement, cwd, [cwd, layer], env))
     return {tag: _figures(trees[tag], runs) for tag, runs in samples.items()}
 

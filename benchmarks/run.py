@@ -211,7 +211,6 @@ def cold_start_rows(f: dict[str, Any]) -> list[Row]:
     boto3 = imports["import boto3"]
     powertools = imports["boto3 + Powertools Logger/Metrics"]
     floor = imports["floor with typed contracts"]
-    before_floor = before["imports"]["floor with typed contracts"] if before else floor
     rows: list[Row] = [
         (
             f"Cold import baselines (fresh interpreter, median of {f['repeat']})",
@@ -228,9 +227,8 @@ def cold_start_rows(f: dict[str, Any]) -> list[Row]:
             continue
         target = "<= 1.5x boto3" if name == "PlannerFunction" else "<= 1.2x boto3"
         was = before["imports"].get(name) if before else None
-        anchor = f"target {target}; CPU {figures['cpu_s'] / floor['cpu_s']:.2f}x the floor" + (
-            f"; before ({f['before_ref']}): {_import_figure(was)}, "
-            f"{was['cpu_s'] / before_floor['cpu_s']:.2f}x the floor"
+        anchor = f"target {target}; CPU {figures['cpu_x_floor']:.2f}x the floor" + (
+            f"; before ({f['before_ref']}): {_import_figure(was)}, {was['cpu_x_floor']:.2f}x the floor"
             if was
             else ""
         )

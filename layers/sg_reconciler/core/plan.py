@@ -1,7 +1,7 @@
 """A plan: the ordered EC2 calls that take the groups from their current to their desired rules.
 
 Each step is one API call. The JSON form (`to_dict`) is the contract of docs/contracts.md;
-it is read back at the edge, by the models of app/contracts.py.
+it is read back at the edge, by the models of app/contracts/plan.py.
 """
 
 from __future__ import annotations

@@ -241,30 +241,56 @@ def test_a_misspelt_path_would_fail() -> None:
         resolve(*found)
 
 
-# Which contract modules a step function's import loads (cold start, docs/architecture.md):
-# its own family and what that family builds on, never every step's models.
+# Which contract modules each function's import loads (cold start, docs/architecture.md):
+# a step's own family and what that family builds on, never every step's models. The planner
+# loads the execution input's models only for a batch that plans.
 ROOT = Path(__file__).resolve().parents[3]
-STEP_CONTRACTS = {
-    "acquire_locks": {"base", "locks"},
-    "release_locks": {"base", "locks"},
-    "check_plan": {"base", "execution", "plan"},
-    "refresh_plan": {"base", "refresh"},
-    "apply_steps": {"base", "apply", "plan"},
-    "verify_rules": {"base", "verify"},
-    "roll_back": {"base", "rollback"},
+HANDLER_CONTRACTS = {
+    "steps/acquire_locks.py": {"base", "locks"},
+    "steps/release_locks.py": {"base", "locks"},
+    "steps/check_plan.py": {"base", "execution", "plan"},
+    "steps/refresh_plan.py": {"base", "refresh"},
+    "steps/apply_steps.py": {"base", "apply", "plan"},
+    "steps/verify_rules.py": {"base", "verify"},
+    "steps/roll_back.py": {"base", "rollback"},
+    "lock_janitor/app.py": {"base", "locks"},
+    "planner/app.py": set(),
+    "outcome_reporter/app.py": set(),
+    "fleet_recorder/app.py": set(),
 }
 
 
-def module_level_imports(path: Path) -> set[str]:
-    """The sg_reconciler modules a file imports when it is imported: its top-level import
-    statements (not those in functions or under TYPE_CHECKING)."""
+def import_time_statements(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements that run when a module runs `body`: at its top level and in its
+    top-level `try`, `if`, `with` and loop blocks, but not in functions, classes or
+    `if TYPE_CHECKING:`. (`importlib.import_module` is not seen: the layer does not use it.)"""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            yield from import_time_statements(node.orelse)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                blocks = getattr(node, field, [])
+                for block in blocks:
+                    inner = block.body if isinstance(block, ast.ExceptHandler) else [block]
+                    yield from import_time_statements(inner)
+
+
+def module_level_imports(path: Path, module: str) -> set[str]:
+    """The sg_reconciler modules `module` (at `path`) imports when it is imported."""
     found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in import_time_statements(ast.parse(path.read_text()).body):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            package = module.split(".")
+            if path.name != "__init__.py":
+                package = package[:-1]
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+            origin = ".".join(part for part in (base, node.module or "") if part)
+            names = [origin] + [f"{origin}.{alias.name}" for alias in node.names]
         found |= {name for name in names if name.startswith("sg_reconciler") and source(name)}
     return found
 
@@ -277,28 +303,50 @@ def source(module: str) -> Path | None:
     return None
 
 
-def loaded_by(path: Path) -> set[str]:
-    """Every sg_reconciler module importing `path` loads, its packages included."""
+def loaded_by(handler: Path) -> set[str]:
+    """Every sg_reconciler module importing `handler` loads, its packages included."""
     loaded: set[str] = set()
-    todo = sorted(module_level_imports(path))
+    todo = sorted(module_level_imports(handler, handler.stem))
     while todo:
         module = todo.pop()
         parts = module.split(".")
         for package in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
-            if package not in loaded:
+            path = source(package)
+            if package not in loaded and path is not None:
                 loaded.add(package)
-                todo += sorted(module_level_imports(source(package)))  # type: ignore[arg-type]
+                todo += sorted(module_level_imports(path, package))
     return loaded
 
 
-@pytest.mark.parametrize("step", sorted(STEP_CONTRACTS))
-def test_a_step_function_loads_only_its_own_contracts(step: str) -> None:
+@pytest.mark.parametrize("handler", sorted(HANDLER_CONTRACTS))
+def test_a_function_loads_only_its_own_contracts(handler: str) -> None:
     prefix = "sg_reconciler.app.contracts."
-    loaded = loaded_by(ROOT / "functions" / "steps" / f"{step}.py")
+    loaded = loaded_by(ROOT / "functions" / handler)
     families = {module.removeprefix(prefix) for module in loaded if module.startswith(prefix)}
-    assert families == STEP_CONTRACTS[step]
+    assert families == HANDLER_CONTRACTS[handler]
 
 
-def test_every_step_function_is_listed() -> None:
-    functions = {p.stem for p in (ROOT / "functions" / "steps").glob("*.py")}
-    assert functions == set(STEP_CONTRACTS)
+def test_the_import_walk_sees_imports_in_blocks_and_relative_ones(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "try:\n    from sg_reconciler.app.contracts.plan import PlanDocument\n"
+        "except ImportError:\n    pass\n"
+        "if TYPE_CHECKING:\n    from sg_reconciler.app.contracts import verify\n"
+        "from sg_reconciler.app.contracts import rollback\n"
+    )
+    relative = "from .locks import LockInput\n"
+    assert module_level_imports(probe, "probe") == {
+        "sg_reconciler.app.contracts.plan",
+        "sg_reconciler.app.contracts",
+        "sg_reconciler.app.contracts.rollback",
+    }
+    probe.write_text(relative)
+    assert module_level_imports(probe, "sg_reconciler.app.contracts.probe") == {
+        "sg_reconciler.app.contracts.locks"
+    }
+
+
+def test_every_function_is_listed() -> None:
+    handlers = {str(p.relative_to(ROOT / "functions")) for p in (ROOT / "functions").rglob("*.py")}
+    assert handlers == set(HANDLER_CONTRACTS)
