@@ -66,7 +66,18 @@ CONTRACT_FLOOR = (
     "class Input(BaseModel):\n    plan_id: str\n"
     "Input(plan_id='p')"
 )
-BASELINES = ("import boto3", "boto3 + Powertools Logger/Metrics", "floor with typed contracts")
+# The floor with Powertools Parser's SQS and EventBridge models, which the planner reads its
+# records with: what they cost beyond the floor (built at import, not deferred).
+PARSER_MODELS = (
+    CONTRACT_FLOOR + "\nfrom aws_lambda_powertools.utilities.parser.models import "
+    "EventBridgeModel, SqsRecordModel"
+)
+BASELINES = (
+    "import boto3",
+    "boto3 + Powertools Logger/Metrics",
+    "floor with typed contracts",
+    "floor + Parser's SQS and EventBridge models",
+)
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -235,6 +246,7 @@ def targets(staged: Path) -> dict[str, Target]:
     found["import boto3"] = (BOTO3, staged, {"AWS_REGION": REGION})
     found["boto3 + Powertools Logger/Metrics"] = (POWERTOOLS, staged, any_env)
     found["floor with typed contracts"] = (CONTRACT_FLOOR, staged, any_env)
+    found["floor + Parser's SQS and EventBridge models"] = (PARSER_MODELS, staged, any_env)
     for logical, f in functions.items():
         statement = f"import {f['module']} as m; m.{f['handler']}"
         found[logical] = (statement, staged / f["folder"], f["env"])

@@ -211,6 +211,7 @@ def cold_start_rows(f: dict[str, Any]) -> list[Row]:
     boto3 = imports["import boto3"]
     powertools = imports["boto3 + Powertools Logger/Metrics"]
     floor = imports["floor with typed contracts"]
+    parser = imports["floor + Parser's SQS and EventBridge models"]
     rows: list[Row] = [
         (
             f"Cold import baselines (fresh interpreter, median of {f['repeat']})",
@@ -219,7 +220,9 @@ def cold_start_rows(f: dict[str, Any]) -> list[Row]:
             f"boto3 + Powertools Logger/Metrics: {powertools['wall_s']:.3f} s, CPU "
             f"{powertools['cpu_s']:.3f} s; the floor of a step with typed contracts (boto3, "
             f"Powertools with the Tracer, pydantic and one model): CPU {floor['cpu_s']:.3f} s "
-            f"({floor['cpu_x_boto3']:.2f}x boto3)",
+            f"({floor['cpu_x_boto3']:.2f}x boto3); the floor with Powertools Parser's SQS and "
+            f"EventBridge models (the planner's): CPU {parser['cpu_s']:.3f} s "
+            f"({parser['cpu_x_floor']:.2f}x the floor)",
         )
     ]
     for name, figures in imports.items():
@@ -228,7 +231,8 @@ def cold_start_rows(f: dict[str, Any]) -> list[Row]:
         target = "<= 1.5x boto3" if name == "PlannerFunction" else "<= 1.2x boto3"
         was = before["imports"].get(name) if before else None
         anchor = f"target {target}; CPU {figures['cpu_x_floor']:.2f}x the floor" + (
-            f"; before ({f['before_ref']}): {_import_figure(was)}, {was['cpu_x_floor']:.2f}x the floor"
+            f"; before ({f['before_ref']}): {_import_figure(was)}, {was['cpu_x_floor']:.2f}x the floor; "
+            f"CPU after - before in the same rounds: {(figures['cpu_s'] - was['cpu_s']) * 1000:+.1f} ms"
             if was
             else ""
         )
