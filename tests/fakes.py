@@ -305,7 +305,8 @@ class FakeLocks:
         other, until = self.items.get(group_id, ("nobody", 0.0))
         if other != holder or until < self.now:
             raise LockLost(
-                f"{group_id} is no longer locked by {holder} (freed, expired or taken over)"
+                f"{group_id} is no longer locked by {holder} (freed, expired or taken over): "
+                "no call made"
             )
         self.items[group_id] = (holder, self.now + lease_seconds)
 

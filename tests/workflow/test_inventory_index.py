@@ -46,6 +46,7 @@ def covers(world: DemoWorld, port: int, node: str | None = None) -> bool:
             "Reservations"
         ]
         groups &= {g["GroupId"] for g in reservation["Instances"][0]["SecurityGroups"]}
+    assert groups, "no node group to judge: `all` would hold over nothing"
     return all(
         any(r.group_id == g and r.key.from_port <= port <= r.key.to_port for r in rules)
         for g in groups

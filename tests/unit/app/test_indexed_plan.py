@@ -4,6 +4,7 @@ lacks target groups the listing shows."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 from sg_reconciler.app.indexed_plan import IndexedReads, held_while_unread, record_changes
@@ -59,9 +60,13 @@ def _at(seconds: float, event_id: str) -> Version:
     return version
 
 
-def test_the_memory_index_is_an_inventory_index() -> None:
-    index: InventoryIndex = MemoryIndex()
-    assert index.entries("tg") == []
+def test_the_memory_index_has_the_inventory_index_s_methods() -> None:
+    # mypy does not check this file: compare the signatures here
+    methods = [n for n, v in vars(InventoryIndex).items() if inspect.isfunction(v) and n[0] != "_"]
+    assert sorted(methods) == ["entries", "get", "put"]
+    for name in methods:
+        wanted = inspect.signature(getattr(InventoryIndex, name))
+        assert inspect.signature(getattr(MemoryIndex, name)) == wanted, name
 
 
 def test_an_event_that_loses_a_race_is_merged_into_the_winner_s_entry() -> None:

@@ -9,7 +9,7 @@ import pytest
 from fakes import rule
 from sg_reconciler.app.steps import acquire_locks, check_plan, release_locks
 from sg_reconciler.core.plan import Authorize, Plan
-from sg_reconciler.errors import ExecutionStopped, InvalidPlan, LockBusy, LockLost
+from sg_reconciler.errors import ExecutionStopped, InvalidPlan, LockBusy
 from unit.app.steps_world import LEASE, World
 
 G1, G2 = "sg-01", "sg-02"
@@ -131,23 +131,6 @@ def test_a_lock_step_of_an_execution_that_already_ended_gives_back_what_it_took(
     assert world.locks.items == {}
     # And another execution's lock step is not concerned
     assert locked(world, "exec-2") == {"held": 2}
-
-
-def test_a_renew_extends_the_lease_and_fails_once_another_execution_took_the_group(
-    world: World,
-) -> None:
-    locked(world)
-    world.locks.now += LEASE - 1
-    world.locks.renew(G1, "exec-1", LEASE)
-    world.locks.now += LEASE - 1
-
-    with pytest.raises(LockBusy):
-        world.locks.acquire([G1], "exec-2", LEASE)  # renewed: still held
-
-    world.locks.now += LEASE  # G2 was not renewed: taken over
-    world.locks.acquire([G2], "exec-2", LEASE)
-    with pytest.raises(LockLost, match=f"{G2} is no longer locked by exec-1"):
-        world.locks.renew(G2, "exec-1", LEASE)
 
 
 def test_release_frees_only_the_holders_locks(world: World) -> None:

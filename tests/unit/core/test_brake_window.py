@@ -76,8 +76,13 @@ def test_a_small_plan_alone_goes_and_with_the_windows_earlier_removals_is_held()
 
 
 def test_a_plan_counted_again_under_the_lock_counts_its_rules_once() -> None:
-    plan, desired = revoking(11, 12), desired_without(11, 12)
-    recorded = {DEPLOYMENT: WindowCount(100, 14, frozenset({"sgr-11", "sgr-12"}))}
+    # The window holds this plan's 3 revokes (counted when it was planned) and 4 earlier
+    # ones from sg-b: 7 of the 16 at the window's start (44%), where counting the plan's
+    # revokes twice would make 10 of 16 (62%) and hold it
+    plan, desired = revoking(11, 12, 13), desired_without(11, 12, 13)
+    recorded = {
+        DEPLOYMENT: WindowCount(100, 16, frozenset({"sgr-11", "sgr-12", "sgr-13"}) | GONE_B)
+    }
     assert check_brake(plan, CURRENT, desired, OWNER, facts(recorded)) is None
 
 

@@ -108,6 +108,8 @@ def test_ipv4_and_ipv6_rules_are_counted_apart() -> None:
     # When counted as AWS does, it fits; counted as one pool (the CLI's contract), it fits too
     aws = make_plan(parse(current), parse(desired), OWNER, Limits(60, per_family=True))
     assert isinstance(aws, Plan) and [type(s) for s in aws.steps] == [Authorize]
+    pooled = make_plan(parse(current), parse(desired), OWNER, Limits(60))
+    assert isinstance(pooled, Plan) and [type(s) for s in pooled.steps] == [Authorize]
     # And 60 IPv6 rules beside 60 IPv4 rules fit only per family
     full6 = [*filler(60), *filler(59, v6=True)]
     assert isinstance(

@@ -47,9 +47,10 @@ def test_a_rate_must_be_positive() -> None:
 
 
 @given(st.integers(0, 12), st.floats(0, 1))
-def test_full_jitter_stays_under_the_capped_exponential(attempt: int, draw: float) -> None:
+def test_full_jitter_is_uniform_under_the_capped_exponential(attempt: int, draw: float) -> None:
+    # The draw scales the whole span: a draw of 1 waits the cap, never more
     wait = full_jitter(attempt, lambda: draw)
-    assert 0 <= wait <= min(20.0, 0.5 * 2**attempt)
+    assert wait == pytest.approx(draw * min(20.0, 0.5 * 2**attempt))
 
 
 def items(count: int, size: int = 10) -> list[dict[str, object]]:
