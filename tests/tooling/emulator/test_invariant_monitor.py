@@ -254,6 +254,29 @@ def test_writes_to_other_groups_do_not_count_as_changes(groups: Groups) -> None:
     assert monitor.last.rules == ()
 
 
+def test_a_write_the_monitor_did_not_see_is_reported(groups: Groups) -> None:
+    # A clean record must mean every write was judged: one made while the hook is not yet
+    # listening (here, between the baseline and entering) is reported when monitoring ends
+    node, ssh = groups.new(), Peer("cidr4", "10.0.0.0/8")
+    unseen = InvariantMonitor(groups.ec2, [node], None, [tcp(node, 22, 22, ssh)])
+    groups.authorize(node, tcp(node, 22, 22, ssh))
+    with unseen:
+        pass
+    assert [(v.invariant, v.group_id) for v in unseen.violations] == [
+        ("0 every write observed", node)
+    ]
+    with pytest.raises(AssertionError, match="changed after the last state the monitor saw"):
+        unseen.assert_clean()
+
+    # A snapshot taken by hand after such a write (`check`) covers it
+    web = tcp(node, 80, 80, ssh)
+    covered = InvariantMonitor(groups.ec2, [node], None, [tcp(node, 22, 22, ssh), web])
+    groups.authorize(node, web)
+    with covered:
+        covered.check("a write made past the hook")
+    assert covered.summary() == "1 snapshots, 0 violations"
+
+
 # Property: whatever the planner plans, executed on moto, keeps the monitor clean -----------
 
 PORTS = st.tuples(st.integers(100, 108), st.integers(0, 4)).map(lambda p: (p[0], p[0] + p[1]))

@@ -97,6 +97,9 @@ class InvariantMonitor:
         if self._patch is not None:
             self._patch.undo()
             self._patch = None
+            unseen = self._unobserved()
+            with self._lock:
+                self._violations += unseen
 
     @property
     def baseline(self) -> Snapshot:
@@ -160,6 +163,24 @@ class InvariantMonitor:
             self._snapshots.append(snapshot)
             self._violations += self._check(snapshot, previous, self.bounds)
             return snapshot
+
+    def _unobserved(self) -> list[MonitorViolation]:
+        """The monitor's check of itself: a group whose rules differ from the last state it
+        saw was changed by a write its hook missed, and a clean record would prove nothing."""
+        now, last = self._read(), self.last
+        changed = sorted(
+            {r.group_id for r in _changed(last.rules, now) + _changed(now, last.rules)}
+        )
+        return [
+            MonitorViolation(
+                last.index,
+                "the end of monitoring",
+                "0 every write observed",
+                group_id,
+                "its rules changed after the last state the monitor saw",
+            )
+            for group_id in changed
+        ]
 
     def _read(self) -> list[Rule]:
         docs = moto_hooks.security_group_rule_docs(self._backend, self.group_ids)
