@@ -54,6 +54,14 @@ EXIT_REFUSED = 3
 T = TypeVar("T")
 
 
+class UsageError(InputError):
+    """Flags missing, unknown or at odds with each other: the message ends pointing at the
+    command's --help, as argparse's own usage errors do (docs/cli.md)."""
+
+    def __init__(self, command: str, message: str) -> None:
+        super().__init__(f"{message} (see 'sg-reconciler {command} --help')")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit code 2, like every bad input."""
 
@@ -85,15 +93,16 @@ def _offline_limits(args: argparse.Namespace, rules: Sequence[Rule]) -> Limits:
     sizes = dict(args.prefix_list_size)
     if not args.per_family:
         if sizes:
-            raise InputError("--prefix-list-size counts only with --per-family")
+            raise UsageError("plan", "--prefix-list-size counts only with --per-family")
         return Limits(args.max_rules_per_group)
     missing = sorted(
         {r.key.peer.value for r in rules if r.key.peer.kind == "prefix_list"} - sizes.keys()
     )
     if missing:
-        raise InputError(
+        raise UsageError(
+            "plan",
             f"--per-family counts a prefix list as its MaxEntries: give --prefix-list-size "
-            f"for {', '.join(missing)}"
+            f"for {', '.join(missing)}",
         )
     return Limits(args.max_rules_per_group, per_family=True, prefix_lists=sizes)
 
@@ -392,18 +401,19 @@ def _reading(args: argparse.Namespace, read: Callable[[Clients], T]) -> T:
 def run_live(args: argparse.Namespace) -> int:
     """Plan against the account: the plan contract plus the desired rules (JSON), or a table."""
     if args.current is not None or args.desired is not None:
-        raise InputError("--live reads the account: drop --current and --desired")
+        raise UsageError("plan", "--live reads the account: drop --current and --desired")
     if args.policy is None:
-        raise InputError("--live needs --policy FILE")
+        raise UsageError("plan", "--live needs --policy FILE")
     if (
         args.owner != DEFAULT_OWNER
         or args.max_rules_per_group != DEFAULT_MAX_RULES_PER_GROUP
         or args.per_family
         or args.prefix_list_size
     ):
-        raise InputError(
+        raise UsageError(
+            "plan",
             "--live takes the owner and the quota from the policy and counts per family: "
-            "drop --owner, --max-rules-per-group, --per-family and --prefix-list-size"
+            "drop --owner, --max-rules-per-group, --per-family and --prefix-list-size",
         )
     try:
         live = _read_live(args)
@@ -565,7 +575,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.live:
         return run_live(args)
     if args.current is None or args.desired is None:
-        raise InputError("plan needs --current and --desired, or --live with --policy")
+        raise UsageError("plan", "plan needs --current and --desired, or --live with --policy")
     current = load_current(args.current)
     desired = load_desired(args.desired)
     limits = _offline_limits(args, [*current, *desired])
@@ -583,7 +593,9 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args, unknown = build_parser().parse_known_args(argv)
+        if unknown:  # argparse would name the top-level command: name the one given
+            raise UsageError(args.command, f"unrecognized arguments: {' '.join(unknown)}")
         commands = {
             "demo": run_demo_command,
             "release-brake": run_release_brake,

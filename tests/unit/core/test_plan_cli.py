@@ -353,6 +353,27 @@ def test_usage_errors_exit_2_with_one_line(
     code = main(argv)
     out, err = capsys.readouterr()
     assert_one_line_error(code, out, err)
+    command = " ".join(["sg-reconciler", *argv[:1]]) if argv[:1] == ["plan"] else "sg-reconciler"
+    assert err.rstrip().endswith(f"(see '{command} --help')")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--current", "c.json", "--desired", "d.json"],
+        ["status", "--stack", "sg-reconciler"],
+        ["init", "--live"],
+        ["demo"],
+    ],
+)
+def test_an_unknown_flag_names_its_command(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code = main([*argv, "--bogus", "x"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert "unrecognized arguments: --bogus x" in err
+    assert err.rstrip().endswith(f"(see 'sg-reconciler {argv[0]} --help')")
 
 
 def test_the_module_runs_as_a_program(files: tuple[Path, Path], tmp_path: Path) -> None:
