@@ -46,7 +46,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.run
 
 # A release for a service-managed StackSet (docs/organization.md):
-# make release BUCKET='sg-releases-$${AWS::Region}' PREFIX=1.0.0 [POLICY=policy.yaml] [REGIONS=eu-west-1,us-east-1]
+# make release BUCKET='sg-releases-${AWS::Region}' PREFIX=1.0.0 [POLICY=policy.yaml] [REGIONS=eu-west-1,us-east-1]
 release: setup
 	@test -n "$(BUCKET)" || (echo "make release needs BUCKET=<bucket>" >&2; exit 2)
 	$(BIN)/sg-reconciler release-template --bucket '$(value BUCKET)' --prefix '$(PREFIX)' --out release \

@@ -1,4 +1,4 @@
-"""The fault matrix's row for a brake with memory (docs/invariants.md, invariant 12): load balancers leave the
+"""The fault matrix's row for a brake with memory (docs/invariants.md, invariants 12 and 14): load balancers leave the
 selection one at a time, in a world of its own (five load balancers, each admitted by its
 own group), so it runs beside the matrix's shared stage, not in it."""
 

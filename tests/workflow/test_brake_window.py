@@ -1,4 +1,4 @@
-"""The brake with memory (docs/invariants.md, invariant 12) on the real ASL: load balancers leave the
+"""The brake with memory (docs/invariants.md, invariants 12 and 14) on the real ASL: load balancers leave the
 selection one at a time (the LBC strips a tag it did not set, one Service reconcile at a
 time). Each plan takes away a small share; together, within the brake's window, they take
 away more than the policy's share of the rules owned at the window's start, and the plan
