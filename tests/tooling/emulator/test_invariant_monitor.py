@@ -267,6 +267,9 @@ def test_a_write_the_monitor_did_not_see_is_reported(groups: Groups) -> None:
     ]
     with pytest.raises(AssertionError, match="changed after the last state the monitor saw"):
         unseen.assert_clean()
+    # judged again against another desired state, it is still there
+    again = unseen.violations_against([tcp(node, 22, 22, ssh)])
+    assert [v.invariant for v in again] == ["0 every write observed"]
 
     # A snapshot taken by hand after such a write (`check`) covers it
     web = tcp(node, 80, 80, ssh)

@@ -83,6 +83,8 @@ class InvariantMonitor:
         self._snapshots: list[Snapshot] = []
         self._violations: list[MonitorViolation] = []
         self._violations += self._check(self._baseline, None, self.bounds)
+        self._closed = False  # monitoring ended: a late hook call records nothing
+        self._unseen: list[MonitorViolation] = []
 
     def __enter__(self) -> InvariantMonitor:
         self._patch = moto_hooks.on_ec2_write(self._after_write)
@@ -97,8 +99,11 @@ class InvariantMonitor:
         if self._patch is not None:
             self._patch.undo()
             self._patch = None
+            with self._lock:
+                self._closed = True
             unseen = self._unobserved()
             with self._lock:
+                self._unseen = unseen
                 self._violations += unseen
 
     @property
@@ -140,7 +145,8 @@ class InvariantMonitor:
         found = self._check(states[0], None, bounds)
         for previous, snapshot in itertools.pairwise(states):
             found += self._check(snapshot, previous, bounds)
-        return found
+        with self._lock:
+            return found + self._unseen
 
     def _bounds(self, new_rules: Iterable[Rule]) -> dict[str, GroupBounds]:
         bounds = group_bounds(self._old, list(new_rules), self.owner)
@@ -153,6 +159,9 @@ class InvariantMonitor:
         return self._record(operation, None)
 
     def _after_write(self, operation: str, error: BaseException | None) -> None:
+        with self._lock:
+            if self._closed:
+                return
         code = getattr(error, "code", None) or (type(error).__name__ if error else None)
         self._record(operation, None if error is None else str(code))
 
@@ -177,7 +186,8 @@ class InvariantMonitor:
                 "the end of monitoring",
                 "0 every write observed",
                 group_id,
-                "its rules changed after the last state the monitor saw",
+                "its rules changed after the last state the monitor saw (a write its hook "
+                "missed, or one still running when monitoring ended)",
             )
             for group_id in changed
         ]
