@@ -54,19 +54,23 @@ EXIT_REFUSED = 3
 T = TypeVar("T")
 
 
-class UsageError(InputError):
-    """Flags missing, unknown or at odds with each other: the message ends pointing at the
-    command's --help, as argparse's own usage errors do (docs/cli.md)."""
+PROG = "sg-reconciler"
+PLAN = f"{PROG} plan"
 
-    def __init__(self, command: str, message: str) -> None:
-        super().__init__(f"{message} (see 'sg-reconciler {command} --help')")
+
+class UsageError(InputError):
+    """Flags missing, unknown, badly written or at odds with each other: one line that ends
+    pointing at the --help of the command (`prog`) they were given to (docs/cli.md)."""
+
+    def __init__(self, message: str, prog: str = PROG) -> None:
+        super().__init__(f"{message} (see '{prog} --help')")
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit code 2, like every bad input."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{message} (see '{self.prog} --help')")
+        raise UsageError(message, self.prog)
 
 
 def _positive(text: str) -> int:
@@ -93,16 +97,16 @@ def _offline_limits(args: argparse.Namespace, rules: Sequence[Rule]) -> Limits:
     sizes = dict(args.prefix_list_size)
     if not args.per_family:
         if sizes:
-            raise UsageError("plan", "--prefix-list-size counts only with --per-family")
+            raise UsageError("--prefix-list-size counts only with --per-family", PLAN)
         return Limits(args.max_rules_per_group)
     missing = sorted(
         {r.key.peer.value for r in rules if r.key.peer.kind == "prefix_list"} - sizes.keys()
     )
     if missing:
         raise UsageError(
-            "plan",
             f"--per-family counts a prefix list as its MaxEntries: give --prefix-list-size "
             f"for {', '.join(missing)}",
+            PLAN,
         )
     return Limits(args.max_rules_per_group, per_family=True, prefix_lists=sizes)
 
@@ -135,7 +139,7 @@ def _aws_options(parser: argparse.ArgumentParser, title: str, description: str) 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="sg-reconciler",
+        prog=PROG,
         description="Keep security-group ingress rules in line with load balancers, make-before-break.",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -401,9 +405,9 @@ def _reading(args: argparse.Namespace, read: Callable[[Clients], T]) -> T:
 def run_live(args: argparse.Namespace) -> int:
     """Plan against the account: the plan contract plus the desired rules (JSON), or a table."""
     if args.current is not None or args.desired is not None:
-        raise UsageError("plan", "--live reads the account: drop --current and --desired")
+        raise UsageError("--live reads the account: drop --current and --desired", PLAN)
     if args.policy is None:
-        raise UsageError("plan", "--live needs --policy FILE")
+        raise UsageError("--live needs --policy FILE", PLAN)
     if (
         args.owner != DEFAULT_OWNER
         or args.max_rules_per_group != DEFAULT_MAX_RULES_PER_GROUP
@@ -411,9 +415,9 @@ def run_live(args: argparse.Namespace) -> int:
         or args.prefix_list_size
     ):
         raise UsageError(
-            "plan",
             "--live takes the owner and the quota from the policy and counts per family: "
             "drop --owner, --max-rules-per-group, --per-family and --prefix-list-size",
+            PLAN,
         )
     try:
         live = _read_live(args)
@@ -523,13 +527,17 @@ def run_release_template(args: argparse.Namespace) -> int:
     from sg_reconciler_tools import release
 
     try:
+        account_policies = release.parse_account_policies(args.account_policy)
+    except release.ReleaseError as err:
+        raise UsageError(str(err), f"{PROG} release-template") from None
+    try:
         built = release.build_release(
             args.template,
             args.out,
             args.bucket,
             args.prefix,
             policy=args.policy,
-            account_policies=release.parse_account_policies(args.account_policy),
+            account_policies=account_policies,
         )
     except (release.ReleaseError, OSError) as err:
         raise InputError(str(err)) from None
@@ -575,7 +583,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.live:
         return run_live(args)
     if args.current is None or args.desired is None:
-        raise UsageError("plan", "plan needs --current and --desired, or --live with --policy")
+        raise UsageError("plan needs --current and --desired, or --live with --policy", PLAN)
     current = load_current(args.current)
     desired = load_desired(args.desired)
     limits = _offline_limits(args, [*current, *desired])
@@ -593,9 +601,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args, unknown = build_parser().parse_known_args(argv)
-        if unknown:  # argparse would name the top-level command: name the one given
-            raise UsageError(args.command, f"unrecognized arguments: {' '.join(unknown)}")
+        given = list(sys.argv[1:] if argv is None else argv)
+        args, unknown = build_parser().parse_known_args(given)
+        if unknown:  # argparse names the top level: name the command the flag was given to
+            after_command = given.index(unknown[0]) > given.index(args.command)
+            prog = f"{PROG} {args.command}" if after_command else PROG
+            raise UsageError(f"unrecognized arguments: {' '.join(unknown)}", prog)
         commands = {
             "demo": run_demo_command,
             "release-brake": run_release_brake,

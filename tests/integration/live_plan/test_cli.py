@@ -229,3 +229,6 @@ def test_live_usage_errors_exit_2(
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, "")
     assert says in one_line_error(err)
+    # flags wrong or at odds point at the command's --help; a file it cannot read does not
+    pointer = err.rstrip().endswith("(see 'sg-reconciler plan --help')")
+    assert pointer == (says != "cannot read")

@@ -106,6 +106,7 @@ def test_per_family_counts_a_prefix_list_as_its_max_entries(
     code, out, err = run(capsys, *files, "--per-family")
     assert_one_line_error(code, out, err)
     assert "--prefix-list-size for pl-0a1" in err
+    assert err.rstrip().endswith("(see 'sg-reconciler plan --help')")
     # A list of 2 entries: two of them fit in a quota of 4, the replacement makes 4 + 0 later
     code, out, _ = run(
         capsys,
@@ -138,6 +139,7 @@ def test_bad_prefix_list_sizes_exit_2(
     code, out, err = run(capsys, *files, *extra)
     assert_one_line_error(code, out, err)
     assert names in err
+    assert err.rstrip().endswith("(see 'sg-reconciler plan --help')")
 
 
 def test_an_empty_plan_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -374,6 +376,20 @@ def test_an_unknown_flag_names_its_command(
     assert_one_line_error(code, out, err)
     assert "unrecognized arguments: --bogus x" in err
     assert err.rstrip().endswith(f"(see 'sg-reconciler {argv[0]} --help')")
+    # given before the command, the flag was the top level's
+    code, out, err = main(["--bogus", *argv]), *capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert err.rstrip().endswith("unrecognized arguments: --bogus (see 'sg-reconciler --help')")
+
+
+def test_a_badly_written_account_policy_points_at_release_template_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["release-template", "--bucket", "b", "--account-policy", "nope"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert "'nope': expected ACCOUNT=FILE" in err
+    assert err.rstrip().endswith("(see 'sg-reconciler release-template --help')")
 
 
 def test_the_module_runs_as_a_program(files: tuple[Path, Path], tmp_path: Path) -> None:
