@@ -276,12 +276,17 @@ class FakeRules:
 
 
 class FakeLocks:
-    """One lock per group: (holder, lease end) on a clock tests move with `now`."""
+    """One lock per group: (holder, lease end) on a clock tests move with `now`, read in whole
+    seconds as GroupLocks reads its clock (the table stores whole seconds)."""
 
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
         self.items: dict[str, tuple[str, float]] = {}
         self.ended: set[str] = set()  # executions the janitor recorded as ended
+
+    @property
+    def second(self) -> int:
+        return int(self.now)
 
     def holder(self, group_id: str) -> str:
         return self.items.get(group_id, ("nobody", 0.0))[0]
@@ -290,25 +295,25 @@ class FakeLocks:
         taken = []
         for group_id in sorted(set(group_ids)):
             other, until = self.items.get(group_id, (holder, 0.0))
-            if other != holder and until >= self.now:
+            if other != holder and until >= self.second:
                 raise LockBusy(f"{group_id} is locked by {other}")
-            self.items[group_id] = (holder, self.now + lease_seconds)
+            self.items[group_id] = (holder, self.second + lease_seconds)
             taken.append(group_id)
         return taken
 
     def renew(self, group_id: str, holder: str, lease_seconds: int) -> None:
         if self.holder(group_id) != holder:
             raise LockLost(f"{group_id} is no longer locked by {holder}")
-        self.items[group_id] = (holder, self.now + lease_seconds)
+        self.items[group_id] = (holder, self.second + lease_seconds)
 
     def fence(self, group_id: str, holder: str, lease_seconds: int) -> None:
         other, until = self.items.get(group_id, ("nobody", 0.0))
-        if other != holder or until < self.now:
+        if other != holder or until < self.second:
             raise LockLost(
                 f"{group_id} is no longer locked by {holder} (freed, expired or taken over): "
                 "no call made"
             )
-        self.items[group_id] = (holder, self.now + lease_seconds)
+        self.items[group_id] = (holder, self.second + lease_seconds)
 
     def release(self, group_ids: Sequence[str], holder: str) -> list[str]:
         released = [g for g in sorted(set(group_ids)) if self.holder(g) == holder]

@@ -1,4 +1,5 @@
-"""DynamoDB tables on moto keyed as the stack creates them (template.yaml)."""
+"""DynamoDB tables on moto keyed as the stack creates them (template.yaml), and the clock the
+adapters that stamp their items are given in tests."""
 
 from __future__ import annotations
 
@@ -16,3 +17,13 @@ def create_table(client: Any, name: str, *keys: str) -> None:
         ],
         BillingMode="PAY_PER_REQUEST",
     )
+
+
+class Clock:
+    """A clock the test moves (`now`), for adapters that take one."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

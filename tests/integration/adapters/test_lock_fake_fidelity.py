@@ -11,21 +11,13 @@ from typing import Any
 import boto3
 import pytest
 from fakes import FakeLocks
-from integration.adapters.tables import create_table
+from integration.adapters.tables import Clock, create_table
 from moto import mock_aws
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.errors import LockBusy, LockLost
 
 LEASE = 60
 START = 1_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = float(START)
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def scenario(locks: Any, advance: Callable[[float], None]) -> list[object]:
@@ -56,13 +48,19 @@ def scenario(locks: Any, advance: Callable[[float], None]) -> list[object]:
     call("fence", "sg-a", "exec-1", LEASE)  # freed
     call("renew", "sg-a", "exec-1", LEASE)
     call("acquire", ["sg-c", "sg-d"], "exec-2", LEASE)
+    # Leases are whole seconds: half a second past the lease's last second, it still holds
+    advance(LEASE + 0.5)
+    call("acquire", ["sg-c"], "exec-3", LEASE)
+    call("fence", "sg-d", "exec-2", LEASE)
+    advance(0.5)
+    call("acquire", ["sg-c"], "exec-3", LEASE)
     for group in ("sg-a", "sg-b", "sg-c", "sg-d"):
         call("holder", group)
     call("stopped", "exec-2")
     call("mark_stopped", "exec-2", LEASE)
     call("stopped", "exec-2")
     call("release_held_by", "exec-2")
-    for group in ("sg-b", "sg-c"):
+    for group in ("sg-b", "sg-c", "sg-d"):
         call("holder", group)
     return lines
 
@@ -72,7 +70,7 @@ def group_locks() -> Iterator[tuple[GroupLocks, Clock]]:
     with mock_aws():
         client = boto3.client("dynamodb", region_name="eu-west-1")
         create_table(client, "locks", "group_id")
-        clock = Clock()
+        clock = Clock(START)
         yield GroupLocks(client, "locks", clock), clock
 
 
@@ -91,4 +89,4 @@ def test_the_fake_locks_answer_as_the_adapter_on_moto(
     on_moto = scenario(adapter, advance_clock)
     assert scenario(fake, advance_fake) == on_moto
     outcomes = [line[2] for line in on_moto]
-    assert outcomes.count("LockBusy") == 3 and outcomes.count("LockLost") == 5
+    assert outcomes.count("LockBusy") == 4 and outcomes.count("LockLost") == 5

@@ -7,7 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
-from integration.adapters.tables import create_table
+from integration.adapters.tables import Clock, create_table
 from moto import mock_aws
 from sg_reconciler.adapters.locks import GroupLocks
 from sg_reconciler.app.steps.release_locks import release_after_stop
@@ -15,14 +15,6 @@ from sg_reconciler.errors import InvalidPlan, LockBusy, LockLost
 
 TABLE = "locks"
 MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:apply"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -7,21 +7,13 @@ from typing import Any
 
 import boto3
 import pytest
-from integration.adapters.tables import create_table
+from integration.adapters.tables import Clock, create_table
 from moto import mock_aws
 from sg_reconciler.adapters.deployment import RevocationLog
 from sg_reconciler.core.brake import WindowCount
 
 TABLE = "locks"
 DAY = 86_400
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
