@@ -39,6 +39,7 @@ from sg_reconciler.app.contracts.verify import (
     VerifyInput,
     VerifyOutput,
 )
+from unit.import_names import imported_from
 
 ASL = json.loads(
     (Path(__file__).resolve().parents[3] / "statemachine" / "apply_plan.asl.json").read_text()
@@ -285,11 +286,7 @@ def module_level_imports(path: Path, module: str) -> set[str]:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         else:
-            package = module.split(".")
-            if path.name != "__init__.py":
-                package = package[:-1]
-            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
-            origin = ".".join(part for part in (base, node.module or "") if part)
+            origin = imported_from(node, module, package=path.name == "__init__.py")
             names = [origin] + [f"{origin}.{alias.name}" for alias in node.names]
         found |= {name for name in names if name.startswith("sg_reconciler") and source(name)}
     return found

@@ -10,6 +10,8 @@ import ast
 import sys
 from pathlib import Path
 
+from unit.import_names import imported_from
+
 CORE = Path(__file__).resolve().parents[3] / "layers" / "sg_reconciler" / "core"
 DYNAMIC = {"import_module", "__import__"}
 
@@ -17,14 +19,12 @@ DYNAMIC = {"import_module", "__import__"}
 def imports(path: Path, module: str) -> set[str]:
     """Every module `module` (at `path`) names in an import statement, wherever it stands, and
     `dynamic import` for a call that imports by name."""
-    package = module.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            found.add(".".join([*base, *([node.module] if node.module else [])]))
+            found.add(imported_from(node, module))
         elif isinstance(node, ast.Call):
             called = node.func
             name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
