@@ -16,7 +16,7 @@ CONFIG = tomllib.loads((ROOT / "samconfig.toml").read_text())
 def test_each_environment_is_its_own_stack_built_from_its_own_template() -> None:
     assert sorted(CONFIG) == ["default", "fleet", "version"]
     names = {env: CONFIG[env]["global"]["parameters"]["stack_name"] for env in ("default", "fleet")}
-    assert names == {"default": "sg-reconciler", "fleet": "sg-reconciler-fleet"}
+    assert names == {"default": "sg-reconciler", "fleet": "sg-reconciler-central"}
     fleet = CONFIG["fleet"]
     assert fleet["build"]["parameters"]["template_file"] == "fleet.yaml"
     # deploy takes what `sam build` wrote, never the source template
