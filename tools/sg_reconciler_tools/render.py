@@ -28,7 +28,9 @@ def render_plan(
     each new rule says what needs it."""
     if isinstance(result, Refusal):
         return f"REFUSED: {result.reason}"
-    if not result.steps:
+    if not result.steps and (result.held or result.refused):
+        lines = ["No call to make now, but the groups are not as desired: see below."]
+    elif not result.steps:
         lines = ["No change: the groups already have the desired rules."]
     else:
         known = names or {}
@@ -55,6 +57,9 @@ def render_plan(
                     else " " * (16 + width)
                 )
                 lines.append(f"{head}  {item}")
+    if result.held:
+        lines.append(f"held: the brake holds the revokes: {result.held}")
+    lines.extend(f"refused: {reason}" for reason in result.refused)
     lines.extend(f"note: {note}" for note in result.notes)
     return "\n".join(lines)
 
@@ -116,13 +121,29 @@ def render_handover(
             "without them, and no run in flight can hand adopted rules back; the other tool "
             "may stop managing rules now (docs/handover.md)"
         )
-    else:
+        return "\n".join(lines)
+    lines.append("not ready:")
+    if state.unmatched:
         lines.append(
-            "not ready: the next run (scheduled, or any trigger) adopts and authorizes the "
-            "rules above; traffic targets still need from the other tool's own rules, or "
-            "targets of unknown group, need a policy that derives them (e.g. client_cidrs); "
-            "an execution in flight must end first; run this again before the other tool stops"
+            "  no rule carries the description(s) "
+            + ", ".join(repr(d) for d in state.unmatched)
+            + ": check the policy's adopt_descriptions against the other tool's rules, whose "
+            "rules would otherwise go unseen"
         )
+    if state.cut:
+        lines.append(
+            "  targets are still reached only through the other tool's rules (above): the next "
+            "run (scheduled, or any trigger) adopts and authorizes what the policy derives; "
+            "traffic it does not derive needs a policy that does (e.g. client_cidrs)"
+        )
+    if state.unknown_targets:
+        lines.append(
+            "  targets of unknown group (above) may be admitted by the other tool's rules: "
+            "make their groups known, or the policy derive their traffic"
+        )
+    if state.waiting_for:
+        lines.append("  an execution in flight (above) must end first")
+    lines.append("run this again before the other tool stops managing rules")
     return "\n".join(lines)
 
 
@@ -138,4 +159,5 @@ def handover_to_dict(state: HandOver) -> dict[str, Any]:
         "unknown_targets": list(state.unknown_targets),
         "unrelated_unknown_targets": list(state.unrelated_unknown),
         "waiting_for": list(state.waiting_for),
+        "unmatched_descriptions": list(state.unmatched),
     }

@@ -6,7 +6,10 @@ adopted, and which of the other tool's rules stay its own: when it stops managin
 revokes those. Readiness is scoped to the hand-over and must not be undone: ready when
 every flow the other tool's rules admit to a registered target is admitted by what stays
 once they go (our rules, others'), no target of unknown group could be reached through
-them, and no execution that could still hand adopted rules back is in flight.
+them, and no execution that could still hand adopted rules back is in flight. The other
+tool's rules are known by their description only, so before anything is adopted a
+description that no rule carries (a typo in the policy) makes it not ready: the rules it
+meant would go unseen.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ class HandOver:
     unknown_targets: tuple[str, ...] = ()
     unrelated_unknown: tuple[str, ...] = ()  # other targets of unknown group: listed only
     waiting_for: tuple[str, ...] = ()  # executions that could still hand adopted rules back
+    # descriptions no rule carries while nothing is adopted yet: the other tool's rules may
+    # carry another one, and nothing here would see them
+    unmatched: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
-        """Whether the other tool may stop: no target would lose a flow when its rules go,
-        none of unknown group could, and no run in flight could hand adopted rules back."""
-        return not (self.cut or self.unknown_targets or self.waiting_for)
+        """Whether the other tool may stop: its rules are known, no target would lose a flow
+        when they go, none of unknown group could, and no run in flight could hand adopted
+        rules back."""
+        return not (self.unmatched or self.cut or self.unknown_targets or self.waiting_for)
 
 
 def hand_over(
@@ -77,16 +84,19 @@ def hand_over(
     going = {r.rule_id for r in theirs_now}
     stays = Traffic.of([r for r in current if r.rule_id not in going])
     related = [m for m in misses if _admitted_by(m, theirs_now, vpc_of)]
+    adopted = tuple(r for r in current if r.tag(ADOPTED_BY_TAG_KEY) is not None)
+    carried = {r.description for r in current}
     return HandOver(
         to_adopt=to_adopt,
         to_authorize=tuple(r for s in plan.steps if isinstance(s, Authorize) for r in s.rules),
-        adopted=tuple(r for r in current if r.tag(ADOPTED_BY_TAG_KEY) is not None),
+        adopted=adopted,
         left_to_owner=left,
         beyond_desired=Traffic.of(current) - after,
         cut=Traffic.of(_reached(theirs_now, target_ports)) - stays,
         unknown_targets=_named(related),
         unrelated_unknown=_named(m for m in misses if m not in related),
         waiting_for=tuple(waiting_for),
+        unmatched=() if adopted else tuple(sorted(theirs - carried)),
     )
 
 

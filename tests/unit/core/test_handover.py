@@ -21,6 +21,7 @@ from sg_reconciler.core.rules import (
     RuleKey,
 )
 from sg_reconciler.core.safety import check_plan
+from sg_reconciler_tools.render import handover_to_dict, render_handover
 
 OWNER = "sg-reconciler"
 THEIRS = "elbv2.k8s.aws/targetGroupBinding=shared"
@@ -148,3 +149,45 @@ def test_the_hand_over_does_not_wait_for_rules_the_other_tool_never_had() -> Non
     ports = {"sg-nodes": frozenset({("tcp", 31500), ("tcp", 10250)})}
     state = hand_over(plan, done, desired, [THEIRS], ports)
     assert state.ready and [r.key for r in state.to_authorize] == [key(10250, 10250)]
+
+
+def test_a_description_no_rule_carries_is_not_ready_until_something_is_adopted() -> None:
+    # The policy mistypes the controller's description: its rule is not seen as the
+    # controller's, so nothing reads as cut, yet it goes when the controller stops
+    desired = [Rule(key(31000, 32000), OURS)]
+    current = [existing("sgr-1", 31000, 32500)]
+    plan = make_plan(current, desired, OWNER, adopt=lambda r: False)
+    assert isinstance(plan, Plan)
+    ports = {"sg-nodes": frozenset({("tcp", 31500)})}
+    typo = THEIRS.replace("shared", "Shared")
+    state = hand_over(plan, current, desired, [typo], ports)
+    assert not state.cut and not state.left_to_owner
+    assert not state.ready and state.unmatched == (typo,)
+    # spelt right, the same rule is the controller's and the state says what it cuts
+    state = hand_over(plan, current, desired, [THEIRS, typo], ports)
+    assert state.unmatched == (typo,) and [r.rule_id for r in state.left_to_owner] == ["sgr-1"]
+    # once a rule is adopted, its description is ours: no description need match any more
+    tags = {OWNER_TAG_KEY: OWNER, ADOPTED_BY_TAG_KEY: "run-1"}
+    done = [replace(existing("sgr-1", 31000, 32000, **tags), description=OURS)]
+    after = make_plan(done, desired, OWNER)
+    assert isinstance(after, Plan)
+    state = hand_over(after, done, desired, [THEIRS], ports)
+    assert state.ready and state.unmatched == ()
+
+
+def test_not_ready_says_why_and_only_why() -> None:
+    desired = [Rule(key(31000, 32000), OURS)]
+    current = [existing("sgr-1", 31000, 32500)]
+    plan = make_plan(current, desired, OWNER, adopt=lambda r: False)
+    assert isinstance(plan, Plan)
+    ports = {"sg-nodes": frozenset({("tcp", 31500)})}
+    typo = hand_over(plan, current, desired, ["elbv2.k8s.aws/x"], ports)
+    text = render_handover(typo)
+    assert "no rule carries the description(s) 'elbv2.k8s.aws/x'" in text
+    assert "targets are still reached" not in text and "in flight" not in text
+    assert handover_to_dict(typo)["unmatched_descriptions"] == ["elbv2.k8s.aws/x"]
+    waiting = hand_over(plan, current, desired, [THEIRS], ports, waiting_for=["run-1 (running)"])
+    text = render_handover(waiting)
+    assert "an execution in flight (above) must end first" in text
+    assert "targets are still reached only through the other tool's rules" in text
+    assert "no rule carries" not in text
