@@ -420,14 +420,16 @@ def run_live(args: argparse.Namespace) -> int:
             PLAN,
         )
     try:
-        live = _read_live(args)
+        policy = load_policy_file(args.policy)
+        live = _read_live(args, policy)
     except (PolicyError, RuleError) as err:
         raise InputError(str(err)) from None
     if args.output == "json":
-        print(json.dumps(live.to_dict(), indent=2))
+        print(json.dumps({**live.to_dict(), "owner": policy.owner}, indent=2))
     else:
         print(render_plan(live.result, live.names, live.needed_by))
         print(f"desired: {len(live.desired)} managed rule(s) in {len(live.groups)} group(s)")
+        print(_owner_line(policy.owner))
         if live.state is not None and live.state.exposure:
             reports = [live.state.exposure[g] for g in live.groups if g in live.state.exposure]
             print(
@@ -437,6 +439,17 @@ def run_live(args: argparse.Namespace) -> int:
         for note in live.notes:
             print(f"note: {note}")
     return 0 if isinstance(live.result, Plan) else EXIT_REFUSED
+
+
+def _owner_line(owner: str) -> str:
+    """Whose rules the plan manages: a deployed stack's owner is its OwnerName (the stack name
+    unless set), which a policy file read here knows only if it says so."""
+    if owner != DEFAULT_OWNER:
+        return f"owner: {owner} (the policy's)"
+    return (
+        f"owner: {owner} (the default; a deployed stack's is its OwnerName, the stack name "
+        "unless set: set owner in the policy file to preview that stack's rules)"
+    )
 
 
 def _clients(args: argparse.Namespace) -> Clients:

@@ -120,6 +120,7 @@ def test_plan_live_json_prints_the_plan_and_the_desired_rules(
     revoked = {i for step in doc["steps"] if step["action"] == "revoke" for i in step["rule_ids"]}
     assert revoked == {server.world.stale_rule_id, server.world.orphan_rule_id}
     # Readable, additively: the groups' names, and what needs each desired rule
+    assert doc["owner"] == "sg-reconciler"  # the policy sets none: the default, said
     assert {doc["group_names"][g] for g in doc["groups"]} == {
         "nodes-a",
         "nodes-b",
@@ -145,6 +146,7 @@ def test_plan_live_table(
     assert f"pods ({server.world.groups['pods']})" in out  # groups by name and id
     assert "<- target group dns (" in out  # each new rule says what needs it
     assert f"desired: {len(EXPECTED_DEFAULT_DESIRED)} managed rule(s) in 5 group(s)" in out
+    assert "owner: sg-reconciler (the default; a deployed stack's is its OwnerName" in out
     assert "note: load balancer legacy has no security groups" in out
     # One range per (group, source, protocol) would open 31080-31443 (361 unneeded ports) in
     # nodes_a and extra from two sources each, and tcp 53-8080 (8,026) in pods from two.

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sg_reconciler.core.plan import Plan
 from sg_reconciler_tools.cli import EXIT_BAD_INPUT, EXIT_REFUSED, main
+from sg_reconciler_tools.render import render_plan
 from unit.core.sg_judge import Doc, judge_plan
 from unit.core.sg_worlds import NODES, lbc_3639, owned, rule
 
@@ -147,6 +149,16 @@ def test_an_empty_plan_exits_0(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     desired = write(tmp_path / "d.json", [rule(NODES, (80, 80))])
     code, out, _ = run(capsys, current, desired)
     assert code == 0 and out.startswith("No change")
+
+
+def test_a_plan_with_nothing_to_run_but_held_or_refused_does_not_say_no_change() -> None:
+    held = Plan((), notes=("revokes held by the brake (...)",), held="50% of the owned rules")
+    text = render_plan(held)
+    assert not text.startswith("No change") and "not as desired" in text.splitlines()[0]
+    assert "held: the brake holds the revokes: 50% of the owned rules" in text
+    refused = Plan((), refused=("sg-1: no quota headroom",))
+    assert "refused: sg-1: no quota headroom" in render_plan(refused)
+    assert render_plan(Plan(())).startswith("No change")
 
 
 def test_a_refusal_exits_3_with_the_reason(
