@@ -213,6 +213,13 @@ def test_the_central_stack_takes_outcomes_and_forwarded_alarms_and_nothing_else(
     assert moto_hooks.matches_event_pattern(pattern, outcome)
     assert moto_hooks.matches_event_pattern(pattern, alarm)
     assert not moto_hooks.matches_event_pattern(pattern, api_call)
+    # the sources it admits, with any other detail-type, stay out
+    for source, other in [
+        ("aws.cloudwatch", "CloudWatch Alarm Configuration Change"),
+        ("sg-reconciler", "Some Other Event"),
+    ]:
+        event = {"source": source, "detail-type": other, "detail": {}}
+        assert not moto_hooks.matches_event_pattern(pattern, event), event
     fleet = read_template(ROOT / "fleet.yaml")
     for body in fleet["Resources"].values():
         if body["Type"] == "AWS::Serverless::Function":

@@ -10,6 +10,7 @@ the last test catches that, reading the functions' roles and their policies from
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,9 +58,16 @@ def allowed_actions(runtime: LocalRuntime, function_id: str) -> set[str]:
         for statement in document.get("Statement") or []:
             if statement.get("Effect", "Allow") != "Allow":
                 continue
+            assert "NotAction" not in statement, f"{function_id}: a NotAction grant hides calls"
             granted = statement.get("Action", [])
             actions.update([granted] if isinstance(granted, str) else granted)
     return actions
+
+
+def grants_any(actions: set[str], wanted: set[str]) -> bool:
+    """Whether a grant covers one of `wanted`, as IAM matches actions: wildcards (`*`, `?`)
+    and any case."""
+    return any(fnmatch.fnmatchcase(w.lower(), a.lower()) for a in actions for w in wanted)
 
 
 def _iam(runtime: LocalRuntime) -> Any:
@@ -89,8 +97,15 @@ def test_every_function_that_makes_trigger_calls_is_an_own_role(runtime: LocalRu
     writers = {
         spec.logical_id
         for spec in runtime.functions
-        if allowed_actions(runtime, spec.logical_id) & trigger_actions
+        if grants_any(allowed_actions(runtime, spec.logical_id), trigger_actions)
     }
     assert writers == set(WRITER_FUNCTIONS)
     assert {role_arn(runtime, f) for f in writers} == set(planner_own_roles(runtime))
     assert "ec2:AuthorizeSecurityGroupIngress" in allowed_actions(runtime, "ApplyStepsFunction")
+
+
+def test_a_wildcard_grant_counts_as_the_calls_it_covers() -> None:
+    wanted = {"ec2:AuthorizeSecurityGroupIngress"}
+    assert grants_any({"ec2:*SecurityGroupIngress"}, wanted)
+    assert grants_any({"EC2:authorize*"}, wanted)
+    assert not grants_any({"ec2:Describe*", "ec2:RevokeSecurityGroupIngress"}, wanted)

@@ -34,6 +34,7 @@ def test_the_bundled_and_public_layers_are_the_release_the_tests_pin() -> None:
         if line.strip() and not line.startswith("#")
     ]
     for package in ("aws-lambda-powertools", "pydantic", "boto3"):
+        assert pinned(requirements, package), f"{package}: not in the layer's requirements"
         assert pinned(requirements, package) == pinned(dependencies, package), package
     # every package of the layer at the version the tests ran with, nothing left floating
     for line in requirements:

@@ -27,6 +27,7 @@ from sg_reconciler.core.rules import (
     ADOPTED_BY_TAG_KEY,
     OWNER_TAG_KEY,
     PLAN_TAG_KEY,
+    Rule,
     rule_to_dict,
 )
 from sg_reconciler.core.scope import Scope
@@ -503,6 +504,20 @@ def test_leftovers_name_the_stale_rules_left_and_the_traffic_lacking(world: Worl
     assert report["cause"].endswith(f"1 stale rule(s) left {old}; the next run takes over")
 
 
+def test_leftovers_count_only_the_stale_rules_still_there(world: World) -> None:
+    # Given two stale rules, one of which went before the stop (revoked, by hand or a batch)
+    old, _ = stale_and_new(world)
+    other = world.rules.put(rule(G1, 2000), owner=world.owner).rule_id or ""
+    checked = prepared(world)
+    world.apply("authorize", 0, checked)
+    world.replan_revokes(checked)
+    world.rules.remove(other)
+
+    report = world.verify("leftovers", checked, error=caught("RevokeFailed", "denied"))
+
+    assert report["leftover_rule_ids"] == [old] and report["leftovers"] == 1
+
+
 def test_leftovers_after_a_clean_stop_say_the_desired_rules_hold(world: World) -> None:
     stale_and_new(world)
     checked = prepared(world)
@@ -672,11 +687,12 @@ def test_a_failed_batch_notes_its_error_in_the_plan_store_and_the_map_keeps_its_
 
 
 def locked_run(
-    world: World, checked: dict[str, Any]
+    world: World, checked: dict[str, Any], refresh_finds: Sequence[Rule] | None = None
 ) -> tuple[list[tuple[list[str], Planned]], list[Scope], dict[str, Any], dict[str, Any]]:
     """The refresh, its authorizations and the revoke re-plan, with a planner under the
     locks (the fake's: the locked groups' rules against the planned desired rules, only
-    planned removals) beside the full one; what each was asked."""
+    planned removals; at the refresh, against `refresh_finds` when given: the account
+    changed since the planner) beside the full one; what each was asked."""
     asked: list[tuple[list[str], Planned]] = []
     full: list[Scope] = []
     plan_live = world.replan()
@@ -687,9 +703,8 @@ def locked_run(
 
     def locked(groups: Sequence[str], planned: Planned) -> LivePlan:
         asked.append((list(groups), planned))
-        return planner(world.rules, list(planned.desired), world.owner)(
-            Scope(group_ids=frozenset(groups))
-        )
+        desired = planned.desired if refresh_finds is None or len(asked) > 1 else refresh_finds
+        return planner(world.rules, list(desired), world.owner)(Scope(group_ids=frozenset(groups)))
 
     event = world.groups(checked, plan_id=checked["plan_id"])
     work = refresh_plan.refresh_plan(
@@ -738,12 +753,15 @@ def test_the_re_plan_after_the_settle_starts_from_the_refresh_and_its_revokes(
         Planned(tuple(world.desired), frozenset({old.rule_id or ""})),
     )
     world.lock(checked)
-    # When the refresh and the re-plan after the settle run
-    asked, full, _, revokes = locked_run(world, checked)
-    # Then the re-plan was asked with the refresh's desired rules and its revokes only
+    # When the refresh finds one more rule wanted than the planner did (the account moved),
+    # and the re-plan after the settle runs
+    found = (rule(G1, 443), rule(G1, 8443))
+    asked, full, _, revokes = locked_run(world, checked, refresh_finds=found)
+    # Then the re-plan was asked with the refresh's desired rules, not the planner's, and
+    # its revokes only
     assert full == []
-    assert len(asked) == 2
-    assert asked[1][1] == Planned((rule(G1, 443),), frozenset({old.rule_id or ""}))
+    assert len(asked) == 2 and asked[0][1].desired == (rule(G1, 443),)
+    assert asked[1][1] == Planned(found, frozenset({old.rule_id or ""}))
     assert revokes["revoke"] == [0] and not revokes["deferred"]
 
 
