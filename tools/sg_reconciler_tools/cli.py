@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +51,8 @@ from sg_reconciler_tools.render import handover_to_dict, render_handover, render
 
 EXIT_BAD_INPUT = 2
 EXIT_REFUSED = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away
 
 T = TypeVar("T")
 
@@ -112,11 +115,11 @@ def _offline_limits(args: argparse.Namespace, rules: Sequence[Rule]) -> Limits:
 
 
 def _fingerprint(text: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{16}", text):
+    if not re.fullmatch(r"[0-9a-fA-F]{16}", text.strip()):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a fingerprint (the 16 hex digits in the plan's brake note)"
         )
-    return text
+    return text.strip().lower()  # the brake writes it in lower case
 
 
 def _endpoint(text: str) -> str:
@@ -632,6 +635,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as err:
         print(f"sg-reconciler: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader (`| head`) stopped reading: nothing more to say
+        # Python would report the broken pipe again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print("sg-reconciler: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

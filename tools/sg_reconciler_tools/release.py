@@ -165,8 +165,10 @@ def _checked_policy(file: Path) -> tuple[str, PolicyDocument]:
     try:
         loaded = load_policy_document(file)
         text = file.read_text(encoding="utf-8")
-    except (OSError, PolicyError) as err:
-        raise ReleaseError(f"{file}: {err}") from None
+    except PolicyError as err:  # it names the file
+        raise ReleaseError(str(err)) from None
+    except OSError as err:
+        raise ReleaseError(f"{file}: cannot read ({err.strerror})") from None
     if "owner" in loaded.model_fields_set:
         raise ReleaseError(
             f"{file}: sets owner {loaded.owner!r}; each stack names its own owner (OwnerName)"

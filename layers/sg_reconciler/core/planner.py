@@ -415,7 +415,8 @@ def make_plan(
                 first.append(Adopt(gid, _rule_id(have), want, have.description))
                 continue
             notes.append(
-                f"{gid}: desired {want.key} is already allowed by unmanaged rule {have.rule_id}; left as is"
+                f"{gid}: desired {want.key} is already allowed by unmanaged rule "
+                f"{have.rule_id or '(one without a SecurityGroupRuleId)'}; left as is"
             )
         relabels.extend(Modify(gid, _rule_id(old), new) for old, new in diff.relabel)
         now = diff.usage(limits)

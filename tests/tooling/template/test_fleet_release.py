@@ -117,7 +117,7 @@ def test_every_policy_is_checked_before_any_account_sees_it(tmp_path: Path) -> N
     typo = write(tmp_path / "typo.yaml", "load_balancer:\n  tags:\n    team: a\n")
     owned = write(tmp_path / "owned.yaml", "owner: someone\nload_balancers:\n  tags: {t: a}\n")
     out = tmp_path / "out"
-    with pytest.raises(ReleaseError, match=r"typo\.yaml"):
+    with pytest.raises(ReleaseError, match=r"typo\.yaml") as refused:
         build_release(
             ROOT / "template.yaml",
             out,
@@ -126,8 +126,13 @@ def test_every_policy_is_checked_before_any_account_sees_it(tmp_path: Path) -> N
             account_policies={"111111111111": typo},
             install=no_requirements,
         )
+    assert str(refused.value).count("typo.yaml") == 1  # named once, not file: file: ...
     with pytest.raises(ReleaseError, match="sets owner"):
         build_release(ROOT / "template.yaml", out, "b", policy=owned, install=no_requirements)
+    with pytest.raises(ReleaseError, match=r"^\S*gone\.yaml: cannot read \(No such file"):
+        build_release(
+            ROOT / "template.yaml", out, "b", policy=tmp_path / "gone.yaml", install=no_requirements
+        )
     assert not out.exists()  # nothing written before every policy loaded
     built = build_release(
         ROOT / "template.yaml",

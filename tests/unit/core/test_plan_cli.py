@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 from sg_reconciler.core.plan import Plan
-from sg_reconciler_tools.cli import EXIT_BAD_INPUT, EXIT_REFUSED, main
+from sg_reconciler_tools import cli
+from sg_reconciler_tools.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    main,
+)
 from sg_reconciler_tools.render import render_plan
 from unit.core.sg_judge import Doc, judge_plan
 from unit.core.sg_worlds import NODES, lbc_3639, owned, rule
@@ -449,3 +456,43 @@ def test_the_shipped_examples_plan_make_before_break(capsys: pytest.CaptureFixtu
         "SecurityGroupRules"
     ]
     assert judge_plan(current, desired, json.loads(out), lambda _g: 60) == []
+
+
+def test_a_reader_that_stops_early_or_a_ctrl_c_ends_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a plan whose JSON is larger than a pipe holds, read by `| head -1`
+    many = [rule(NODES, (p, p), CidrIpv4="10.0.0.0/16") for p in range(1000, 2500)]
+    current = write(tmp_path / "c.json", [])
+    desired = write(tmp_path / "d.json", many)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("layers", "tools"))}
+    command = [sys.executable, "-m", "sg_reconciler_tools.cli", "plan", "--output", "json"]
+    files = ["--current", str(current), "--desired", str(desired)]
+    process = subprocess.Popen(
+        [*command, *files, "--max-rules-per-group", "2000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdout is not None and process.stdout.readline() == b"{\n"
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    # Then it stops quietly with 141, as a process the pipe's SIGPIPE ended
+    assert (process.returncode, err) == (EXIT_BROKEN_PIPE, b"")
+
+    # And Ctrl-C is one line and 130, as a shell reports it
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_plan", interrupted)
+    code = main(["plan", "--current", str(current), "--desired", str(desired)])
+    assert (code, capsys.readouterr().err) == (EXIT_INTERRUPTED, "sg-reconciler: interrupted\n")
+
+
+def test_a_fingerprint_is_read_in_any_case() -> None:
+    # the brake writes it in lower case; a copy from an upper-casing viewer is the same set
+    args = ["release-brake", "--lock-table", "t", "--fingerprint"]
+    parsed = cli.build_parser().parse_args([*args, " 0123456789ABCDEF"])
+    assert parsed.fingerprint == "0123456789abcdef"
+    with pytest.raises(cli.UsageError, match="'0123' is not a fingerprint"):
+        cli.build_parser().parse_args([*args, "0123"])
