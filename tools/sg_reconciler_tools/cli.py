@@ -23,7 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+)
 from sg_reconciler.adapters.aws import Clients, make_clients
 from sg_reconciler.adapters.deployment import BrakeNotHeld, BrakeReleases
 from sg_reconciler.adapters.executions import in_flight_hand_backs
@@ -130,7 +136,10 @@ def _endpoint(text: str) -> str:
 
 def _aws_options(parser: argparse.ArgumentParser, title: str, description: str) -> None:
     group = parser.add_argument_group(title, description)
-    group.add_argument("--region", help="AWS region (default: the profile's or environment's)")
+    group.add_argument(
+        "--region",
+        help="AWS region (default: AWS_REGION, then AWS_DEFAULT_REGION or the profile's)",
+    )
     group.add_argument("--profile", help="AWS named profile")
     group.add_argument(
         "--endpoint-url",
@@ -395,7 +404,21 @@ def _aws_refusals_as_input_errors(what: str = "a call") -> Iterator[None]:
         raise InputError(
             f"AWS refused {what}: {error.get('Code')}: {error.get('Message')}"
         ) from None
-    except BotoCoreError as err:  # no credentials or region, unreachable endpoint, bad profile
+    except NoRegionError:
+        raise InputError(
+            "no AWS region: give --region, or set AWS_REGION or the profile's region"
+        ) from None
+    except NoCredentialsError:
+        raise InputError(
+            "no AWS credentials: give --profile or set AWS_PROFILE (against a local moto "
+            "server, any AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY will do)"
+        ) from None
+    except EndpointConnectionError as err:
+        raise InputError(
+            f"cannot reach {err.kwargs.get('endpoint_url', 'the endpoint')}: check "
+            "--endpoint-url (a local server must be running) or the network"
+        ) from None
+    except BotoCoreError as err:  # a bad profile, and the rest of the client's own errors
         raise InputError(" ".join(str(err).split())) from None
 
 
@@ -456,7 +479,10 @@ def _owner_line(owner: str) -> str:
 
 
 def _clients(args: argparse.Namespace) -> Clients:
-    return make_clients(args.region, args.profile, args.endpoint_url)
+    """Clients for the flags; AWS_REGION counts as the AWS CLI counts it (over the profile's
+    region and AWS_DEFAULT_REGION), which boto3 alone ignores."""
+    region = args.region or os.environ.get("AWS_REGION") or None
+    return make_clients(region, args.profile, args.endpoint_url)
 
 
 def run_adopt(args: argparse.Namespace) -> int:

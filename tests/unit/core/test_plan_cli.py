@@ -496,3 +496,24 @@ def test_a_fingerprint_is_read_in_any_case() -> None:
     assert parsed.fingerprint == "0123456789abcdef"
     with pytest.raises(cli.UsageError, match="'0123' is not a fingerprint"):
         cli.build_parser().parse_args([*args, "0123"])
+
+
+def test_a_missing_region_or_credentials_is_one_line_saying_what_to_set(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code = main(["init", "--live"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert "no AWS region: give --region, or set AWS_REGION" in err
+    # AWS_REGION is a region, as the AWS CLI takes it (boto3 alone reads AWS_DEFAULT_REGION)
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    code = main(["init", "--live"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert "no AWS credentials: give --profile or set AWS_PROFILE" in err
