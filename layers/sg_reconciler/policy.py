@@ -442,6 +442,23 @@ def parse_policy(text: str, origin: str = "policy", owner: str | None = None) ->
     return (document if owner is None else document.for_owner(owner)).to_policy()
 
 
+# The policy reaches a stack as its PolicyDocument parameter, whose value holds 4,096 bytes
+# ("AWS CloudFormation quotas", Parameter value): a longer one fails at deploy.
+PARAMETER_BYTES = 4096
+
+
+def parameter_size_problem(text: str) -> str | None:
+    """Why `text` cannot be the PolicyDocument parameter, naming what to drop; None if it fits."""
+    size = len(text.encode("utf-8"))
+    if size <= PARAMETER_BYTES:
+        return None
+    bare = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return (
+        f"{size} bytes, over the {PARAMETER_BYTES} a CloudFormation parameter value holds "
+        f"(PolicyDocument); without its comment lines it is {len(bare.encode('utf-8'))} bytes"
+    )
+
+
 def parse_policy_document(text: str, origin: str = "policy") -> PolicyDocument:
     """The policy document as written (for tools that check what it sets)."""
     try:

@@ -49,7 +49,12 @@ from sg_reconciler.core.rules import (
     RuleError,
 )
 from sg_reconciler.errors import ReconcilerError
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, PolicyError, load_policy_file
+from sg_reconciler.policy import (
+    LBC_SHARED_DESCRIPTION,
+    PolicyError,
+    load_policy_file,
+    parameter_size_problem,
+)
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
 from sg_reconciler_tools.policy_draft import draft_policy, read_account
@@ -537,8 +542,12 @@ def run_init(args: argparse.Namespace) -> int:
     draft = draft_policy(_reading(args, lambda c: read_account(c.ec2, c.elbv2)))
     if args.output == "json":
         print(json.dumps(draft.to_dict(), indent=2))
-    else:
-        print(draft.to_yaml(), end="")
+        return 0
+    text = draft.to_yaml()
+    print(text, end="")
+    too_large = parameter_size_problem(text)
+    if too_large:  # on stderr: stdout stays the policy file
+        print(f"note: the draft is {too_large}: shorten it before deploying", file=sys.stderr)
     return 0
 
 

@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sg_reconciler.policy import PolicyDocument, PolicyError, load_policy_document
+from sg_reconciler.policy import (
+    PolicyDocument,
+    PolicyError,
+    load_policy_document,
+    parameter_size_problem,
+)
 
 from sg_reconciler_tools.local.stack import (
     content_key,
@@ -169,6 +174,9 @@ def _checked_policy(file: Path) -> tuple[str, PolicyDocument]:
         raise ReleaseError(str(err)) from None
     except OSError as err:
         raise ReleaseError(f"{file}: cannot read ({err.strerror})") from None
+    too_large = parameter_size_problem(text)
+    if too_large:
+        raise ReleaseError(f"{file}: {too_large}")
     if "owner" in loaded.model_fields_set:
         raise ReleaseError(
             f"{file}: sets owner {loaded.owner!r}; each stack names its own owner (OwnerName)"

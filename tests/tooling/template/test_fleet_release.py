@@ -129,6 +129,9 @@ def test_every_policy_is_checked_before_any_account_sees_it(tmp_path: Path) -> N
     assert str(refused.value).count("typo.yaml") == 1  # named once, not file: file: ...
     with pytest.raises(ReleaseError, match="sets owner"):
         build_release(ROOT / "template.yaml", out, "b", policy=owned, install=no_requirements)
+    long = write(tmp_path / "long.yaml", "load_balancers:\n  tags: {t: a}\n" + "# why\n" * 700)
+    with pytest.raises(ReleaseError, match=r"long\.yaml: 42\d\d bytes, over the 4096"):
+        build_release(ROOT / "template.yaml", out, "b", policy=long, install=no_requirements)
     with pytest.raises(ReleaseError, match=r"^\S*gone\.yaml: cannot read \(No such file"):
         build_release(
             ROOT / "template.yaml", out, "b", policy=tmp_path / "gone.yaml", install=no_requirements

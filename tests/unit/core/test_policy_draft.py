@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from sg_reconciler.core.account import (
     Inventory,
@@ -15,8 +16,17 @@ from sg_reconciler.core.account import (
     tags_of,
 )
 from sg_reconciler.core.rules import Rule, rule_from_dict
-from sg_reconciler.policy import LBC_SHARED_DESCRIPTION, PolicyDocument, parse_policy_document
+from sg_reconciler.policy import (
+    LBC_SHARED_DESCRIPTION,
+    PARAMETER_BYTES,
+    PolicyDocument,
+    parameter_size_problem,
+    parse_policy_document,
+)
+from sg_reconciler_tools.local.stack import read_template
 from sg_reconciler_tools.policy_draft import Draft, draft_policy
+
+ROOT = Path(__file__).resolve().parents[3]
 
 VPC = "vpc-1"
 SUBNETS = ("10.0.1.0/24", "10.0.2.0/24")
@@ -204,3 +214,16 @@ def test_a_cluster_name_cluster_group_cannot_take_goes_by_the_cluster_tag() -> N
     ] * 2
     assert [n for n in draft.notes if "team.c1" in n and "tagged_groups" in n] != []
     assert len(draft.notes) == len(set(draft.notes))
+
+
+def test_a_policy_longer_than_a_stack_parameter_holds_is_named_with_what_to_drop() -> None:
+    # A CloudFormation parameter value holds 4,096 bytes; the template's PolicyDocument says so
+    long = "load_balancers:\n  tags: {team: a}\n" + "# why\n" * 700
+    assert len(long.encode()) > PARAMETER_BYTES and parameter_size_problem(long[:4096]) is None
+    problem = parameter_size_problem(long)
+    assert problem == (
+        f"{len(long)} bytes, over the 4096 a CloudFormation parameter value holds "
+        "(PolicyDocument); without its comment lines it is 33 bytes"
+    )
+    template = read_template(ROOT / "template.yaml")
+    assert template["Parameters"]["PolicyDocument"]["MaxLength"] == PARAMETER_BYTES
