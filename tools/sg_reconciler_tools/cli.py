@@ -650,14 +650,32 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0 if isinstance(result, Plan) else EXIT_REFUSED
 
 
+COMMANDS = ("plan", "init", "adopt", "release-brake", "status", "release-template", "demo")
+
+
+def _refuse_flags_before_the_command(given: Sequence[str]) -> None:
+    """Flags belong to a command and go after it: written before it (`sg-reconciler --region
+    R init`), argparse would read a flag's value as the command, or call a flag given missing."""
+    at = next((i for i, word in enumerate(given) if word in COMMANDS), 0)
+    before = list(given[:at])
+    if not before or {"-h", "--help"} & set(before):
+        return
+    command = given[at]
+    raise UsageError(
+        f"{' '.join(before)}: flags go after the command ({PROG} {command} {' '.join(before)} ...)",
+        f"{PROG} {command}",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         given = list(sys.argv[1:] if argv is None else argv)
+        _refuse_flags_before_the_command(given)
         args, unknown = build_parser().parse_known_args(given)
         if unknown:  # argparse names the top level: name the command the flag was given to
-            after_command = given.index(unknown[0]) > given.index(args.command)
-            prog = f"{PROG} {args.command}" if after_command else PROG
-            raise UsageError(f"unrecognized arguments: {' '.join(unknown)}", prog)
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(unknown)}", f"{PROG} {args.command}"
+            )
         commands = {
             "demo": run_demo_command,
             "release-brake": run_release_brake,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -395,10 +396,28 @@ def test_an_unknown_flag_names_its_command(
     assert_one_line_error(code, out, err)
     assert "unrecognized arguments: --bogus x" in err
     assert err.rstrip().endswith(f"(see 'sg-reconciler {argv[0]} --help')")
-    # given before the command, the flag was the top level's
+    # given before the command, it is told to go after it, whatever it is
     code, out, err = main(["--bogus", *argv]), *capsys.readouterr()
     assert_one_line_error(code, out, err)
-    assert err.rstrip().endswith("unrecognized arguments: --bogus (see 'sg-reconciler --help')")
+    assert f"--bogus: flags go after the command (sg-reconciler {argv[0]} --bogus ...)" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # argparse read the value as the command, or called the flag given missing
+        (["--region", "eu-west-1", "init", "--live"], "--region eu-west-1: flags go after"),
+        (["--live", "init"], "--live: flags go after the command (sg-reconciler init --live"),
+        (["--output", "json", "plan"], "--output json: flags go after the command"),
+    ],
+)
+def test_flags_before_the_command_are_told_where_they_go(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert says in err
 
 
 def test_a_badly_written_account_policy_points_at_release_template_help(
@@ -517,3 +536,10 @@ def test_a_missing_region_or_credentials_is_one_line_saying_what_to_set(
     out, err = capsys.readouterr()
     assert_one_line_error(code, out, err)
     assert "no AWS credentials: give --profile or set AWS_PROFILE" in err
+
+
+def test_the_commands_known_before_parsing_are_the_parsers() -> None:
+    (subcommands,) = [
+        a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ]
+    assert set(subcommands.choices) == set(cli.COMMANDS)
