@@ -458,7 +458,7 @@ def run_live(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps({**live.to_dict(), "owner": policy.owner}, indent=2))
     else:
-        print(render_plan(live.result, live.names, live.needed_by))
+        print(render_plan(live.result, live.names, live.needed_by, live.current))
         print(f"desired: {len(live.desired)} managed rule(s) in {len(live.groups)} group(s)")
         print(_owner_line(policy.owner))
         if live.state is not None and live.state.exposure:
@@ -646,7 +646,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(render_plan(result))
+        print(render_plan(result, current=current))
     return 0 if isinstance(result, Plan) else EXIT_REFUSED
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sg_reconciler.core.handover import HandOver
@@ -23,9 +23,12 @@ def render_plan(
     result: Plan | Refusal,
     names: Mapping[str, str] | None = None,
     needed_by: Callable[[Rule], tuple[str, ...]] | None = None,
+    current: Iterable[Rule] = (),
 ) -> str:
-    """The plan as a table; with `names`, groups are shown by name too, and with `needed_by`
-    each new rule says what needs it."""
+    """The plan as a table; with `names`, groups are shown by name too, with `needed_by`
+    each new rule says what needs it, and with `current` each revoke says what it takes
+    away (a reviewer should not need a describe call to read it)."""
+    by_id = {r.rule_id: r for r in current if r.rule_id}
     if isinstance(result, Refusal):
         return f"REFUSED: {result.reason}"
     if not result.steps and (result.held or result.refused):
@@ -44,7 +47,10 @@ def render_plan(
             if isinstance(step, Authorize):
                 items = [_rule_text(r, known) + _why(r, needed_by) for r in step.rules]
             elif isinstance(step, Revoke):
-                items = list(step.rule_ids)
+                items = [
+                    f"{i}: {_rule_text(by_id[i], known)}" if i in by_id else i
+                    for i in step.rule_ids
+                ]
             else:
                 items = [
                     f"{step.rule_id} -> {_rule_text(step.rule, known)}{_why(step.rule, needed_by)}"

@@ -70,7 +70,9 @@ def test_the_table_output_lists_each_call(
     lines = out.splitlines()
     assert lines[1].split()[:3] == ["1", "authorize", NODES]
     assert "tcp 31000-32500 from sg-0backend000000001" in lines[1]
-    assert lines[2].split() == ["2", "revoke", NODES, "sgr-nodeports"]
+    # a revoke says what it takes away, as the current rules show it
+    assert lines[2].split()[:4] == ["2", "revoke", NODES, "sgr-nodeports:"]
+    assert "tcp 31000-32000 from sg-0backend000000001" in lines[2]
 
 
 def test_the_quota_option_turns_the_change_into_a_modify(
