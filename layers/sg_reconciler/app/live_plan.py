@@ -117,6 +117,11 @@ def plan_from_inventory(
         # not go anywhere, so every revoke waits (see make_plan's `partial`).
         result = defer_revokes(result, conflicts)
     notes = [*inventory.notes, *state.notes]
+    if not inventory.load_balancers and inventory.narrowed_to is None:
+        notes.append(
+            "the policy selects no load balancer in this account and region: no load "
+            "balancer carries the tags (or names) its selectors give; check them, and the region"
+        )
     notes += [
         f"{g} holds rules with this deployment's owner tag but the policy does not reach it "
         "(another VPC): reported, never touched"

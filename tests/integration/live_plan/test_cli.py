@@ -193,7 +193,7 @@ def test_an_unreachable_endpoint_exits_2(
         f"http://127.0.0.1:{port}",
     )
     assert code == 2
-    assert "Could not connect" in one_line_error(err)
+    assert f"cannot reach http://127.0.0.1:{port}/: check --endpoint-url" in one_line_error(err)
 
 
 def test_missing_credentials_exit_2(

@@ -259,4 +259,4 @@ def test_init_on_an_unreachable_endpoint_exits_2(
         port = probe.getsockname()[1]
     code, out, err = run(capsys, "init", "--live", "--endpoint-url", f"http://127.0.0.1:{port}")
     assert (code, out) == (2, "")
-    assert "Could not connect" in one_line_error(err)
+    assert f"cannot reach http://127.0.0.1:{port}/: check --endpoint-url" in one_line_error(err)

@@ -368,3 +368,14 @@ def test_a_plan_whose_revokes_the_brake_held_does_not_run_from_a_narrow_read() -
         NODES[0], (Rule(RuleKey(NODES[0], "tcp", 80, 80, Peer("group", LB_GROUPS[0]))),)
     )
     assert not stands(Plan((add,), held="1 of 1 owned rules (100%)"))
+
+
+def test_a_full_read_that_finds_no_load_balancer_to_select_says_so() -> None:
+    # A tag typo in the policy would otherwise read as "nothing to change"
+    chosen = policy(["backend_group"], 3)
+    empty = plan_from_inventory(Inventory(), chosen)
+    assert isinstance(empty.result, Plan) and empty.result.steps == ()
+    assert any("the policy selects no load balancer" in n for n in empty.notes)
+    # an event's read sees only what it names: no such note from it
+    narrow = plan_from_inventory(Inventory(narrowed_to=frozenset()), chosen)
+    assert not any("selects no load balancer" in n for n in narrow.notes)
