@@ -423,7 +423,7 @@ def _address_binding(
     name = names.unique(members[0].name if len(members) == 1 else f"{members[0].name}-and-more")
     why = [
         f"{_listed(lb_names)}: Network Load Balancer(s) without security groups, admitted by "
-        "address: their subnets' CIDRs"
+        "address."
     ]
     clusters = {_tags(lb).get(LBC_CLUSTER_TAG) for lb in members}
     cluster = next(iter(clusters)) if len(clusters) == 1 else None
@@ -431,14 +431,18 @@ def _address_binding(
     preserving = [lb for lb in members if _preserved(lb, inventory)]
     placeholder: str | None = None
     if not preserving:
-        why.append("carry all traffic (client IP preservation is off on their target groups).")
+        why.append(
+            "Their subnets' CIDRs carry all traffic (client IP preservation is off on their "
+            "target groups)."
+        )
     else:
         found = _client_evidence(preserving, inventory)
         if found:
             source["client_cidrs"] = sorted(found, key=_cidr_order)
             shown = "; ".join(f"{c}: {_listed(sorted(ids), 3)}" for c, ids in sorted(found.items()))
             why += [
-                "carry health checks; the clients (client IP preservation is on) are those the "
+                "Their subnets' CIDRs carry health checks; the clients (client IP preservation "
+                "is on) are those the "
                 f"account's rules admit on the traffic ports today ({shown})."
             ]
         else:
@@ -453,7 +457,10 @@ def _address_binding(
                 if public
                 else "its VPC's CIDRs are admitted as clients"
             )
-            why.append("carry health checks; no rule shows the clients (see the notes).")
+            why.append(
+                "Their subnets' CIDRs carry health checks; no rule shows the clients (see the "
+                "notes)."
+            )
             notes.append(
                 f"load balancer {_listed([lb.name for lb in preserving])} preserves client "
                 f"addresses but no rule shows its clients: binding {name} has a commented "

@@ -195,6 +195,9 @@ def test_nlbs_one_selector_cannot_tell_apart_share_one_binding_and_a_stray_is_na
     (binding,) = loads(draft).bindings or []
     assert binding.name == "one-and-more"
     assert any("three" in n and "admitted by address" in n for n in draft.notes)
+    # each "why" is a sentence of its own (the JSON lists them), not a wrapped fragment
+    (why,) = draft.to_dict()["why"].values()
+    assert len(why) >= 3 and all(w.endswith(".") and not w[0].islower() for w in why[1:])
 
 
 def test_a_target_the_controllers_choice_cannot_place_is_noted() -> None:
