@@ -558,6 +558,7 @@ def run_status(args: argparse.Namespace) -> int:
     with _aws_refusals_as_input_errors():
         clients = _clients(args)
         if args.fleet_table:
+            _check_table(clients, args.fleet_table, "deployment", "FleetTableName")
             fleet = status.read_fleet(clients, args.fleet_table)
             print(
                 status.fleet_to_json(fleet) if args.output == "json" else status.render_fleet(fleet)
@@ -606,6 +607,7 @@ def run_release_brake(args: argparse.Namespace) -> int:
     """List the held sets, or release one; every AWS failure is one line, exit 2."""
     with _aws_refusals_as_input_errors():
         clients = _clients(args)
+        _check_table(clients, args.lock_table, "group_id", "LockTableName")
         brake = BrakeReleases(clients.dynamodb, args.lock_table)
         if args.fingerprint is None:
             held = brake.held()
@@ -624,6 +626,24 @@ def run_release_brake(args: argparse.Namespace) -> int:
         f"{_when(released.held_at)}: {released.reason}); the next run revokes them"
     )
     return 0
+
+
+def _check_table(clients: Clients, name: str, key: str, output: str) -> None:
+    """That `name` is the table the command reads (its hash key `key`): a wrong one answers
+    an empty read, which would pass for "nothing held" or "no deployment"."""
+    try:
+        table = clients.dynamodb.describe_table(TableName=name)["Table"]
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        region = clients.dynamodb.meta.region_name
+        raise InputError(f"no table {name} in {region}: give the stack's {output} output") from None
+    hashed = [k["AttributeName"] for k in table.get("KeySchema", []) if k["KeyType"] == "HASH"]
+    if hashed != [key]:
+        raise InputError(
+            f"{name} is not the table this reads (its key is {', '.join(hashed) or 'none'}, "
+            f"not {key}): give the stack's {output} output"
+        )
 
 
 def _when(epoch: int) -> str:

@@ -74,8 +74,8 @@ def test_a_brake_release_names_one_fingerprint_and_expires() -> None:
     ("argv", "expected"),
     [
         (["--fingerprint", "abc"], "'abc' is not a fingerprint"),
-        (["--fingerprint", "0123456789abcdef", "--by", "alice"], "AWS refused"),
-        ([], "AWS refused"),
+        (["--fingerprint", "0123456789abcdef", "--by", "alice"], "no table no-such-table in"),
+        ([], "no table no-such-table in eu-west-1: give the stack's LockTableName output"),
     ],
 )
 @mock_aws
@@ -86,3 +86,18 @@ def test_release_brake_bad_input_is_one_line_and_exit_2(
     code = main(["release-brake", "--lock-table", "no-such-table", "--region", "eu-west-1", *argv])
     error = capsys.readouterr().err
     assert code == 2 and error.count("\n") == 1 and expected in error
+
+
+@mock_aws
+def test_a_table_that_is_not_the_lock_table_is_refused_not_read_as_empty(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given another table (the plan store, say): read, it would say the brake holds nothing
+    dynamodb = boto3.client("dynamodb", region_name="eu-west-1")
+    create_table(dynamodb, "plans", "plan_id", "part")
+    code = main(["release-brake", "--lock-table", "plans", "--region", "eu-west-1"])
+    error = capsys.readouterr().err
+    assert code == 2 and "plans is not the table this reads (its key is plan_id" in error
+    assert "give the stack's LockTableName output" in error
+    code = main(["status", "--fleet-table", "plans", "--region", "eu-west-1"])
+    assert code == 2 and "give the stack's FleetTableName output" in capsys.readouterr().err
