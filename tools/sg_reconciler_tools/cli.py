@@ -348,9 +348,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="S3 bucket of the code; ${AWS::Region} in it names a bucket per region",
     )
     bundle.add_argument("--prefix", default="", help="key prefix, e.g. the release's version")
-    bundle.add_argument("--out", type=Path, default=Path("release"), help="output directory")
     bundle.add_argument(
-        "--template", type=Path, default=Path("template.yaml"), help="the SAM template"
+        "--out", type=Path, default=Path("release"), help="output directory (release)"
+    )
+    bundle.add_argument(
+        "--template",
+        type=Path,
+        default=Path("template.yaml"),
+        help="the SAM template (template.yaml, in the current directory)",
     )
     bundle.add_argument("--policy", type=Path, help="the policy for all accounts, checked")
     bundle.add_argument(
@@ -582,6 +587,13 @@ def run_release_template(args: argparse.Namespace) -> int:
         account_policies = release.parse_account_policies(args.account_policy)
     except release.ReleaseError as err:
         raise UsageError(str(err), f"{PROG} release-template") from None
+    if not args.template.is_file():
+        raise UsageError(
+            f"{args.template}: no such template: run this in the project's checkout, or give "
+            "--template",
+            f"{PROG} release-template",
+        )
+    print("building the layers and the functions' code (a minute or less)...", file=sys.stderr)
     try:
         built = release.build_release(
             args.template,
@@ -594,6 +606,8 @@ def run_release_template(args: argparse.Namespace) -> int:
     except (release.ReleaseError, OSError) as err:
         raise InputError(str(err)) from None
     print(f"wrote {built.template} (no Transform), {len(built.artifacts)} artifact(s)")
+    if args.policy is not None:
+        print(f"policy for all accounts: {args.policy} checked; give it as PolicyDocument")
     for target, file in sorted(built.policies.items()):
         print(f"policy for {target}: parameter overrides in {file}")
     print("copy the artifacts before creating or updating the StackSet:")

@@ -169,6 +169,13 @@ def test_the_command_line_names_what_it_refuses(
         == 2
     )
     assert "ACCOUNT=FILE" in capsys.readouterr().err
+    # run outside the checkout: the template it looks for is named, and how to give another
+    missing = tmp_path / "template.yaml"
+    assert main(["release-template", "--bucket", "b", "--template", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"sg-reconciler: error: {missing}: no such template: run this in the project's "
+        "checkout, or give --template (see 'sg-reconciler release-template --help')\n"
+    )
 
 
 @pytest.fixture
