@@ -257,7 +257,8 @@ def rule_from_dict(doc: object) -> Rule:
         raise RuleError("a rule must be a JSON object")
     group_id = doc.get("GroupId")
     if not isinstance(group_id, str) or not group_id:
-        raise RuleError("a rule needs a GroupId")
+        given = "" if group_id is None else f", not {group_id!r}"
+        raise RuleError(f"a rule needs a GroupId (a group id string){given}")
     if "IpProtocol" not in doc:
         raise RuleError("a rule needs an IpProtocol")
     raw_protocol = doc["IpProtocol"]

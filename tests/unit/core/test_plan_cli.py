@@ -262,6 +262,12 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
     ("protocol that is true", "desired", [{**GOOD, "IpProtocol": True}], "IpProtocol must be"),
     ("description that is a number", "desired", [{**GOOD, "Description": 0}], "Description must"),
     (
+        "group id that is a number",
+        "desired",
+        [{**GOOD, "GroupId": 5}],
+        "(a group id string), not 5",
+    ),
+    (
         "port of an all-traffic rule that is an object",
         "desired",
         [{**GOOD, "IpProtocol": "-1", "FromPort": {}, "ToPort": -1}],
