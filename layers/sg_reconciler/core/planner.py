@@ -432,7 +432,8 @@ def make_plan(
             refusals.append(
                 Refusal(
                     f"{gid}: the desired state needs {limits.describe(final)} ({len(diff.unmanaged)} unmanaged rules), "
-                    f"over the quota of {limit}; lower the rule budget or raise the quota",
+                    f"over the quota of {limit}; raise the quota, or desire fewer rules (a "
+                    "policy's lower rule_budget merges ports into fewer)",
                     gid,
                 )
             )
