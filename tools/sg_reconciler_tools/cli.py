@@ -675,8 +675,9 @@ def run_plan(args: argparse.Namespace) -> int:
     try:
         with paused_collector():
             result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
-    except RuleError as err:
-        raise InputError(str(err)) from None
+    except RuleError as err:  # a desired rule listed twice, or a current one without its id
+        file = args.desired if str(err).startswith("desired") else args.current
+        raise InputError(f"{file}: {err}") from None
     if args.output == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:

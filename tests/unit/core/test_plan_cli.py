@@ -551,3 +551,23 @@ def test_the_commands_known_before_parsing_are_the_parsers() -> None:
         a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)
     ]
     assert set(subcommands.choices) == set(cli.COMMANDS)
+
+
+def test_an_owned_current_rule_without_its_id_names_the_current_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given the current file is not describe's output: an owned rule there has no id
+    no_id = owned(NODES, (80, 80), "sgr-1")
+    del no_id["SecurityGroupRuleId"]
+    current = write(tmp_path / "c.json", [no_id])
+    desired = write(tmp_path / "d.json", [rule(NODES, (443, 443))])
+    code, out, err = run(capsys, current, desired)
+    assert_one_line_error(code, out, err)
+    assert f"{current}: current rule {NODES} tcp 80" in err and "has no SecurityGroupRuleId" in err
+    # and a desired rule listed twice names the desired file
+    twice = write(
+        tmp_path / "d2.json", [rule(NODES, (443, 443)), rule(NODES, (443, 443), description="x")]
+    )
+    code, out, err = run(capsys, write(tmp_path / "c2.json", []), twice)
+    assert_one_line_error(code, out, err)
+    assert f"{twice}: desired rule {NODES} tcp 443" in err
