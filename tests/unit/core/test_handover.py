@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 from sg_reconciler.app.contracts.plan import PlanDocument
 from sg_reconciler.core.desired import LookupMiss
-from sg_reconciler.core.handover import hand_over
+from sg_reconciler.core.handover import TargetPorts, hand_over
 from sg_reconciler.core.phases import split_phases
 from sg_reconciler.core.plan import Adopt, Authorize, Plan, step_to_dict
 from sg_reconciler.core.planner import make_plan
@@ -151,14 +151,19 @@ def test_the_hand_over_does_not_wait_for_rules_the_other_tool_never_had() -> Non
     assert state.ready and [r.key for r in state.to_authorize] == [key(10250, 10250)]
 
 
-def test_a_description_no_rule_carries_is_not_ready_until_something_is_adopted() -> None:
-    # The policy mistypes the controller's description: its rule is not seen as the
-    # controller's, so nothing reads as cut, yet it goes when the controller stops
+def not_adopting() -> tuple[list[Rule], list[Rule], Plan, TargetPorts]:
+    """The controller's 31000-32500 in place, ours (31000-32000) to authorize, no adoption."""
     desired = [Rule(key(31000, 32000), OURS)]
     current = [existing("sgr-1", 31000, 32500)]
     plan = make_plan(current, desired, OWNER, adopt=lambda r: False)
     assert isinstance(plan, Plan)
-    ports = {"sg-nodes": frozenset({("tcp", 31500)})}
+    return desired, current, plan, {"sg-nodes": frozenset({("tcp", 31500)})}
+
+
+def test_a_description_no_rule_carries_is_not_ready_until_something_is_adopted() -> None:
+    # The policy mistypes the controller's description: its rule is not seen as the
+    # controller's, so nothing reads as cut, yet it goes when the controller stops
+    desired, current, plan, ports = not_adopting()
     typo = THEIRS.replace("shared", "Shared")
     state = hand_over(plan, current, desired, [typo], ports)
     assert not state.cut and not state.left_to_owner
@@ -176,11 +181,7 @@ def test_a_description_no_rule_carries_is_not_ready_until_something_is_adopted()
 
 
 def test_not_ready_says_why_and_only_why() -> None:
-    desired = [Rule(key(31000, 32000), OURS)]
-    current = [existing("sgr-1", 31000, 32500)]
-    plan = make_plan(current, desired, OWNER, adopt=lambda r: False)
-    assert isinstance(plan, Plan)
-    ports = {"sg-nodes": frozenset({("tcp", 31500)})}
+    desired, current, plan, ports = not_adopting()
     typo = hand_over(plan, current, desired, ["elbv2.k8s.aws/x"], ports)
     text = render_handover(typo)
     assert "no rule carries the description(s) 'elbv2.k8s.aws/x'" in text
