@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sg_reconciler.adapters.aws import Clients
@@ -86,20 +87,36 @@ def read_stack_status(clients: Clients, stack: str, executions: int) -> StackSta
     return status
 
 
+SEE = " (what each means and what to do: docs/troubleshooting.md)"
+
+
+def _shown(stamp: str) -> str:
+    """A stored ISO time as a person reads it: to the second, in UTC."""
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def render_stack_status(status: StackStatus) -> str:
     lines = [f"{status.stack} in {status.account} {status.region}"]
     lines.append(f"  bindings: {', '.join(status.bindings) or '(none)'}")
-    lines.append(f"  last drift repaired: {status.last_drift() or 'none in the executions shown'}")
+    drift = _shown(status.last_drift()) or "none in the executions shown"
+    lines.append(f"  last drift repaired: {drift}")
     lines.append(f"  brake: {'; '.join(status.held) or 'holds nothing'}")
     lines.append("  executions (newest first):")
     for outcome in status.executions:
         lines.append(
-            f"    {outcome.stopped_at or 'running':<32} {outcome.execution:<48} {outcome.summary()}"
+            f"    {_shown(outcome.stopped_at) or 'running':<24} {outcome.execution:<48} "
+            f"{outcome.summary()}"
         )
     if not status.executions:
         lines.append("    none")
     reasons = status.attention()
-    lines.append("needs attention: " + "; ".join(reasons) if reasons else "all well")
+    lines.append(f"needs attention: {'; '.join(reasons)}{SEE}" if reasons else "all well")
     return "\n".join(lines)
 
 
@@ -109,9 +126,12 @@ def render_fleet(statuses: list[DeploymentStatus]) -> str:
     for s in statuses:
         last = s.last.summary() if s.last else "none yet"
         reasons = "; ".join(s.attention()) or "-"
-        lines.append(f"{s.account:<14}{s.region:<16}{last:<44}{s.last_drift or '-':<28}{reasons}")
+        drift = _shown(s.last_drift) or "-"
+        lines.append(f"{s.account:<14}{s.region:<16}{last:<44}{drift:<28}{reasons}")
     needing = sum(1 for s in statuses if s.attention())
-    lines.append(f"{len(statuses)} deployment(s), {needing} needing attention")
+    lines.append(
+        f"{len(statuses)} deployment(s), {needing} needing attention{SEE if needing else ''}"
+    )
     return "\n".join(lines)
 
 

@@ -571,3 +571,21 @@ def test_an_owned_current_rule_without_its_id_names_the_current_file(
     code, out, err = run(capsys, write(tmp_path / "c2.json", []), twice)
     assert_one_line_error(code, out, err)
     assert f"{twice}: desired rule {NODES} tcp 443" in err
+
+
+def test_status_shows_times_to_the_second_and_where_attention_is_explained() -> None:
+    from sg_reconciler.core.fleet import ExecutionOutcome
+    from sg_reconciler_tools.status import StackStatus, render_stack_status
+
+    def run(name: str, status: str, at: str, error: str = "") -> ExecutionOutcome:
+        account, region = "123456789012", "eu-west-1"
+        return ExecutionOutcome(account, region, "s", name, status, error, "", True, at)
+
+    done = run("a", "SUCCEEDED", "2026-12-03T18:40:12.345678+00:00")
+    failed = run("b", "FAILED", "2026-12-03T19:40:12.5+01:00", "RolledBack")
+    text = render_stack_status(StackStatus("s", "123456789012", "eu-west-1", [failed, done]))
+    assert "last drift repaired: 2026-12-03 18:40:12 UTC" in text
+    assert "2026-12-03 18:40:12 UTC  b" in text and ".345678" not in text
+    assert text.splitlines()[-1].endswith(
+        "(what each means and what to do: docs/troubleshooting.md)"
+    )
