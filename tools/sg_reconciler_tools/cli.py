@@ -444,15 +444,17 @@ def run_live(args: argparse.Namespace) -> int:
         raise UsageError("--live reads the account: drop --current and --desired", PLAN)
     if args.policy is None:
         raise UsageError("--live needs --policy FILE", PLAN)
-    if (
-        args.owner != DEFAULT_OWNER
-        or args.max_rules_per_group != DEFAULT_MAX_RULES_PER_GROUP
-        or args.per_family
-        or args.prefix_list_size
-    ):
+    offline = {
+        "--owner": args.owner != DEFAULT_OWNER,
+        "--max-rules-per-group": args.max_rules_per_group != DEFAULT_MAX_RULES_PER_GROUP,
+        "--per-family": args.per_family,
+        "--prefix-list-size": bool(args.prefix_list_size),
+    }
+    given = [flag for flag, set_ in offline.items() if set_]
+    if given:
         raise UsageError(
             "--live takes the owner and the quota from the policy and counts per family: "
-            "drop --owner, --max-rules-per-group, --per-family and --prefix-list-size",
+            f"drop {' and '.join(given)}",
             PLAN,
         )
     try:

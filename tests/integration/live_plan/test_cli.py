@@ -221,8 +221,9 @@ def test_missing_credentials_exit_2(
         (["--live", "--policy", "p.yaml", "--current", "c.json"], "--current"),
         ([], "--live"),
         (["--live", "--policy", "/nonexistent/policy.yaml"], "cannot read"),
-        (["--live", "--policy", "p.yaml", "--owner", "team-a"], "from the policy"),
-        (["--live", "--policy", "p.yaml", "--max-rules-per-group", "50"], "from the policy"),
+        (["--live", "--policy", "p.yaml", "--owner", "team-a"], "family: drop --owner ("),
+        (["--live", "--policy", "p.yaml", "--max-rules-per-group", "50"], "drop --max-rules"),
+        (["--live", "--policy", "p.yaml", "--per-family"], "family: drop --per-family ("),
     ],
 )
 def test_live_usage_errors_exit_2(
