@@ -117,11 +117,8 @@ def plan_from_inventory(
         # not go anywhere, so every revoke waits (see make_plan's `partial`).
         result = defer_revokes(result, conflicts)
     notes = [*inventory.notes, *state.notes]
-    if not inventory.load_balancers and inventory.narrowed_to is None:
-        notes.append(
-            "the policy selects no load balancer in this account and region: no load "
-            "balancer carries the tags (or names) its selectors give; check them, and the region"
-        )
+    if inventory.narrowed_to is None:  # a full read sees every load balancer it selects
+        notes += _selecting_nothing(inventory, policy)
     notes += [
         f"{g} holds rules with this deployment's owner tag but the policy does not reach it "
         "(another VPC): reported, never touched"
@@ -249,6 +246,21 @@ def _names(inventory: Inventory, groups: set[str], desired: list[Rule]) -> dict[
         for g in sorted(groups | peers)
         if (sg := inventory.groups.get(g)) is not None
     }
+
+
+def _selecting_nothing(inventory: Inventory, policy: Policy) -> list[str]:
+    """Notes for a policy, or a binding of it, that selects no load balancer: a tag typo
+    would otherwise read as a plan with nothing to change."""
+    if not inventory.load_balancers:
+        return [
+            "the policy selects no load balancer in this account and region: no load "
+            "balancer carries the tags its selectors give; check them, and the region"
+        ]
+    return [
+        f"binding {b.name} selects no load balancer: none carries the tags it gives"
+        for b in policy.bindings
+        if not any(b.selects(lb.tags) for lb in inventory.load_balancers)
+    ]
 
 
 def _unreached(inventory: Inventory, policy: Policy, state: DesiredState) -> list[str]:

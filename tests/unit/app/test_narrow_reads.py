@@ -379,3 +379,9 @@ def test_a_full_read_that_finds_no_load_balancer_to_select_says_so() -> None:
     # an event's read sees only what it names: no such note from it
     narrow = plan_from_inventory(Inventory(narrowed_to=frozenset()), chosen)
     assert not any("selects no load balancer" in n for n in narrow.notes)
+    # with two bindings, the one whose tags no load balancer carries is named
+    two = policy(["backend_group", "backend_group"], 3)
+    lb = LoadBalancer("arn:lb/0", "lb0", "network", (LB_GROUPS[0],), (("cluster", "0"),))
+    one_found = plan_from_inventory(Inventory(load_balancers=(lb,)), two)
+    quiet = [n for n in one_found.notes if "selects no load balancer" in n]
+    assert quiet == ["binding cluster-1 selects no load balancer: none carries the tags it gives"]
