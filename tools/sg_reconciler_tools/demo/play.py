@@ -224,6 +224,7 @@ def quiet_handlers() -> None:
 
 def set_stage(say: Say) -> tuple[LocalRuntime, DemoWorld]:
     quiet_handlers()
+    say("info", "deploying template.yaml on the emulator and building the cluster (seconds)...")
     runtime = LocalRuntime(TEMPLATE)
     runtime.start()
     world = build_world(runtime)
