@@ -154,11 +154,22 @@ def _aws_options(parser: argparse.ArgumentParser, title: str, description: str) 
     )
 
 
+def _version() -> str:
+    """The installed release (pyproject.toml's version, as `SemanticVersion` in the template)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sg-reconciler")
+    except PackageNotFoundError:  # run from a checkout without installing it
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Keep security-group ingress rules in line with load balancers, make-before-break.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     plan = commands.add_parser(
         "plan",
@@ -376,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Functions and is applied make-before-break. Act 2: the same change while "
             "AuthorizeSecurityGroupIngress is denied rolls back with nothing missing. Act 3: the "
             "revoke-then-authorize order under the same fault leaves the gap #3639 describes. "
-            "Exit 0 when every act behaves as described."
+            "Exit 0 when every act behaves as described, 1 when one does not."
         ),
     )
     demo.add_argument(

@@ -589,3 +589,12 @@ def test_status_shows_times_to_the_second_and_where_attention_is_explained() -> 
     assert text.splitlines()[-1].endswith(
         "(what each means and what to do: docs/troubleshooting.md)"
     )
+
+
+def test_version_is_the_projects(capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    release = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert stopped.value.code == 0 and capsys.readouterr().out == f"sg-reconciler {release}\n"
