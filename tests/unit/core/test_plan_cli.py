@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -598,3 +599,24 @@ def test_version_is_the_projects(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     release = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert stopped.value.code == 0 and capsys.readouterr().out == f"sg-reconciler {release}\n"
+
+
+def test_every_command_and_flag_is_in_the_cli_docs() -> None:
+    # each command's flags in its own section, or in what every command shares (the usage
+    # block and "AWS access", before the first command's section)
+    docs = (REPO / "docs" / "cli.md").read_text()
+    shared, *sections = re.split(r"^## `", docs, flags=re.MULTILINE)
+    own = {section.split("`", 1)[0]: section for section in sections}
+    parser = cli.build_parser()
+    (subcommands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+
+    def flags(of: argparse.ArgumentParser) -> list[str]:
+        found = [f for a in of._actions for f in a.option_strings if f.startswith("--")]
+        return [f for f in found if f != "--help"]
+
+    missing = [f for f in flags(parser) if f not in shared]
+    for name, command in subcommands.choices.items():
+        if name not in own:
+            missing.append(f"## `{name}`")
+        missing += [f"{name} {f}" for f in flags(command) if f not in own.get(name, "") + shared]
+    assert missing == []
