@@ -121,6 +121,17 @@ def render_handover(
         )
     for execution in state.waiting_for:
         lines.append(f"waiting for execution {execution}")
+    if state.unmatched:
+        listed = ", ".join(repr(d) for d in state.unmatched)
+        lines.append(
+            f"no rule carries the description(s) {listed} of adopt_descriptions"
+            + (
+                ""
+                if state.doubtful
+                else " (no target depends on a rule of another description: if that tool has "
+                "no rules here, or has stopped, there is nothing of it to hand over)"
+            )
+        )
     if state.ready:
         lines.append(
             "ready: every flow the other tool's rules admit to a registered target is admitted "
@@ -129,12 +140,11 @@ def render_handover(
         )
         return "\n".join(lines)
     lines.append("not ready:")
-    if state.unmatched:
+    if state.doubtful:
         lines.append(
-            "  no rule carries the description(s) "
-            + ", ".join(repr(d) for d in state.unmatched)
-            + ": check the policy's adopt_descriptions against the other tool's rules, whose "
-            "rules would otherwise go unseen"
+            f"  targets are reached on {state.unlisted_only.describe()} only through rules no "
+            "deployment owns whose description is not listed: if one is the other tool's (a "
+            "typo in adopt_descriptions), stopping it would cut them; check the descriptions"
         )
     if state.cut:
         lines.append(
@@ -166,4 +176,5 @@ def handover_to_dict(state: HandOver) -> dict[str, Any]:
         "unrelated_unknown_targets": list(state.unrelated_unknown),
         "waiting_for": list(state.waiting_for),
         "unmatched_descriptions": list(state.unmatched),
+        "unlisted_only": state.unlisted_only.describe(limit=20) if state.doubtful else "",
     }

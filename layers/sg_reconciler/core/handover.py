@@ -7,19 +7,20 @@ revokes those. Readiness is scoped to the hand-over and must not be undone: read
 every flow the other tool's rules admit to a registered target is admitted by what stays
 once they go (our rules, others'), no target of unknown group could be reached through
 them, and no execution that could still hand adopted rules back is in flight. The other
-tool's rules are known by their description only, so before anything is adopted a
-description that no rule carries (a typo in the policy) makes it not ready: the rules it
-meant would go unseen.
+tool's rules are known by their description only: when a listed description is carried by
+no rule (a typo in the policy, or a tool with no rules here) and some registered target is
+reached only through rules that no deployment owns and no listed description names, one of
+those may be the other tool's, unseen, so it is not ready.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sg_reconciler.core.desired import LookupMiss
 from sg_reconciler.core.plan import Adopt, Authorize, Plan
-from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, Rule, RuleKey
+from sg_reconciler.core.rules import ADOPTED_BY_TAG_KEY, OWNER_TAG_KEY, Rule, RuleKey
 from sg_reconciler.core.traffic import Traffic
 
 TargetPorts = Mapping[str, frozenset[tuple[str, int]]]  # group -> (protocol, port)
@@ -38,16 +39,22 @@ class HandOver:
     unknown_targets: tuple[str, ...] = ()
     unrelated_unknown: tuple[str, ...] = ()  # other targets of unknown group: listed only
     waiting_for: tuple[str, ...] = ()  # executions that could still hand adopted rules back
-    # descriptions no rule carries while nothing is adopted yet: the other tool's rules may
-    # carry another one, and nothing here would see them
-    unmatched: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()  # listed descriptions no rule carries (a typo?)
+    # what registered targets are reached on only through rules no deployment owns whose
+    # description is not listed: one of them may be the other tool's, under another text
+    unlisted_only: Traffic = field(default_factory=lambda: Traffic.of([]))
+
+    @property
+    def doubtful(self) -> bool:
+        """A listed description matches nothing while targets depend on unlisted rules."""
+        return bool(self.unmatched) and bool(self.unlisted_only)
 
     @property
     def ready(self) -> bool:
-        """Whether the other tool may stop: its rules are known, no target would lose a flow
-        when they go, none of unknown group could, and no run in flight could hand adopted
-        rules back."""
-        return not (self.unmatched or self.cut or self.unknown_targets or self.waiting_for)
+        """Whether the other tool may stop: no target would lose a flow when its rules go,
+        none could through a rule of it the policy misnames, none of unknown group could,
+        and no run in flight could hand adopted rules back."""
+        return not (self.doubtful or self.cut or self.unknown_targets or self.waiting_for)
 
 
 def hand_over(
@@ -84,19 +91,21 @@ def hand_over(
     going = {r.rule_id for r in theirs_now}
     stays = Traffic.of([r for r in current if r.rule_id not in going])
     related = [m for m in misses if _admitted_by(m, theirs_now, vpc_of)]
-    adopted = tuple(r for r in current if r.tag(ADOPTED_BY_TAG_KEY) is not None)
-    carried = {r.description for r in current}
+    unlisted = [r for r in current if r.tag(OWNER_TAG_KEY) is None and r.description not in theirs]
+    unlisted_ids = {r.rule_id for r in unlisted}
+    others = Traffic.of([r for r in current if r.rule_id not in unlisted_ids])
     return HandOver(
         to_adopt=to_adopt,
         to_authorize=tuple(r for s in plan.steps if isinstance(s, Authorize) for r in s.rules),
-        adopted=adopted,
+        adopted=tuple(r for r in current if r.tag(ADOPTED_BY_TAG_KEY) is not None),
         left_to_owner=left,
         beyond_desired=Traffic.of(current) - after,
         cut=Traffic.of(_reached(theirs_now, target_ports)) - stays,
         unknown_targets=_named(related),
         unrelated_unknown=_named(m for m in misses if m not in related),
         waiting_for=tuple(waiting_for),
-        unmatched=() if adopted else tuple(sorted(theirs - carried)),
+        unmatched=tuple(sorted(theirs - {r.description for r in current})),
+        unlisted_only=Traffic.of(_reached(unlisted, target_ports)) - others,
     )
 
 

@@ -28,8 +28,11 @@ THEIRS = "elbv2.k8s.aws/targetGroupBinding=shared"
 OURS = f"{OWNER}: load balancer targets"
 
 
+BACKEND = Peer("group", "sg-backend")
+
+
 def key(lo: int, hi: int, group: str = "sg-nodes") -> RuleKey:
-    return RuleKey(group, "tcp", lo, hi, Peer("group", "sg-backend"))
+    return RuleKey(group, "tcp", lo, hi, BACKEND)
 
 
 def existing(rule_id: str, lo: int, hi: int, description: str = THEIRS, **tags: str) -> Rule:
@@ -160,33 +163,50 @@ def not_adopting() -> tuple[list[Rule], list[Rule], Plan, TargetPorts]:
     return desired, current, plan, {"sg-nodes": frozenset({("tcp", 31500)})}
 
 
-def test_a_description_no_rule_carries_is_not_ready_until_something_is_adopted() -> None:
+def test_a_misnamed_description_is_not_ready_while_targets_depend_on_unlisted_rules() -> None:
     # The policy mistypes the controller's description: its rule is not seen as the
     # controller's, so nothing reads as cut, yet it goes when the controller stops
     desired, current, plan, ports = not_adopting()
     typo = THEIRS.replace("shared", "Shared")
     state = hand_over(plan, current, desired, [typo], ports)
-    assert not state.cut and not state.left_to_owner
-    assert not state.ready and state.unmatched == (typo,)
-    # spelt right, the same rule is the controller's and the state says what it cuts
-    state = hand_over(plan, current, desired, [THEIRS, typo], ports)
-    assert state.unmatched == (typo,) and [r.rule_id for r in state.left_to_owner] == ["sgr-1"]
-    # once a rule is adopted, its description is ours: no description need match any more
-    tags = {OWNER_TAG_KEY: OWNER, ADOPTED_BY_TAG_KEY: "run-1"}
-    done = [replace(existing("sgr-1", 31000, 32000, **tags), description=OURS)]
-    after = make_plan(done, desired, OWNER)
+    assert not state.cut and not state.left_to_owner and state.unmatched == (typo,)
+    assert not state.ready and state.unlisted_only.allows("sg-nodes", BACKEND, 6, 31500)
+    # nor while a rule another deployment adopted sits in the group: adopting is not knowing
+    theirs_adopted = Rule(
+        key(10250, 10250), "kubelet", "sgr-7", ((OWNER_TAG_KEY, "other"), (ADOPTED_BY_TAG_KEY, "x"))
+    )
+    state = hand_over(plan, [*current, theirs_adopted], desired, [typo], ports)
+    assert state.adopted and not state.ready
+    # once our rule carries the flow, no target depends on an unlisted rule: ready, and the
+    # description is still named (a tool with no rules here has nothing to hand over)
+    ours = Rule(key(31000, 32000), OURS, "sgr-2", ((OWNER_TAG_KEY, OWNER),))
+    after = make_plan([*current, ours], desired, OWNER, adopt=lambda r: False)
     assert isinstance(after, Plan)
-    state = hand_over(after, done, desired, [THEIRS], ports)
-    assert state.ready and state.unmatched == ()
+    state = hand_over(after, [*current, ours], desired, [typo], ports)
+    assert state.ready and state.unmatched == (typo,) and not state.unlisted_only
+    # a second description for a tool with no rules in this account does not block: the
+    # listed one is seen, and ready follows what it cuts
+    state = hand_over(plan, current, desired, [THEIRS, "other-tool"], ports)
+    assert state.unmatched == ("other-tool",) and not state.unlisted_only
+    assert not state.ready and state.cut  # our rule is not there yet
+    state = hand_over(after, [*current, ours], desired, [THEIRS, "other-tool"], ports)
+    assert state.ready
+    # after the hand-over, the controller's rules gone: nothing carries its description, and
+    # nothing depends on an unlisted rule: ready, not blocked for ever
+    state = hand_over(after, [ours], desired, [THEIRS], ports)
+    assert state.ready and state.unmatched == (THEIRS,)
 
 
 def test_not_ready_says_why_and_only_why() -> None:
     desired, current, plan, ports = not_adopting()
     typo = hand_over(plan, current, desired, ["elbv2.k8s.aws/x"], ports)
     text = render_handover(typo)
-    assert "no rule carries the description(s) 'elbv2.k8s.aws/x'" in text
+    assert "no rule carries the description(s) 'elbv2.k8s.aws/x' of adopt_descriptions\n" in text
+    assert "targets are reached on sg-nodes tcp 31500 from sg-backend only" in text
+    assert "a typo in adopt_descriptions" in text
     assert "targets are still reached" not in text and "in flight" not in text
-    assert handover_to_dict(typo)["unmatched_descriptions"] == ["elbv2.k8s.aws/x"]
+    doc = handover_to_dict(typo)
+    assert doc["unmatched_descriptions"] == ["elbv2.k8s.aws/x"] and "31500" in doc["unlisted_only"]
     waiting = hand_over(plan, current, desired, [THEIRS], ports, waiting_for=["run-1 (running)"])
     text = render_handover(waiting)
     assert "an execution in flight (above) must end first" in text
