@@ -58,7 +58,12 @@ from sg_reconciler.policy import (
 
 from sg_reconciler_tools.plan_files import InputError, load_current, load_desired
 from sg_reconciler_tools.policy_draft import draft_policy, read_account
-from sg_reconciler_tools.render import handover_to_dict, render_handover, render_plan
+from sg_reconciler_tools.render import (
+    UTC_SECONDS,
+    handover_to_dict,
+    render_handover,
+    render_plan,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_REFUSED = 3
@@ -661,7 +666,11 @@ def _check_table(clients: Clients, name: str, key: str, output: str) -> None:
     try:
         table = clients.dynamodb.describe_table(TableName=name)["Table"]
     except ClientError as err:
-        if err.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+        code = err.response.get("Error", {}).get("Code")
+        if code in ("AccessDeniedException", "AccessDenied"):  # a role without DescribeTable
+            print(f"note: {name} not checked (DescribeTable refused)", file=sys.stderr)
+            return
+        if code != "ResourceNotFoundException":
             raise
         region = clients.dynamodb.meta.region_name
         raise InputError(f"no table {name} in {region}: give the stack's {output} output") from None
@@ -674,7 +683,7 @@ def _check_table(clients: Clients, name: str, key: str, output: str) -> None:
 
 
 def _when(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch, UTC).strftime(UTC_SECONDS)
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -706,8 +715,8 @@ def _refuse_flags_before_the_command(given: Sequence[str]) -> None:
     R init`), argparse would read a flag's value as the command, or call a flag given missing."""
     at = next((i for i, word in enumerate(given) if word in COMMANDS), 0)
     before = list(given[:at])
-    if not before or {"-h", "--help"} & set(before):
-        return
+    if not before or not before[0].startswith("-") or {"-h", "--help", "--version"} & set(before):
+        return  # argparse says it best: an unknown command, or help or the version asked for
     command = given[at]
     raise UsageError(
         f"{' '.join(before)}: flags go after the command ({PROG} {command} {' '.join(before)} ...)",
@@ -732,7 +741,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "status": run_status,
             "release-template": run_release_template,
         }
-        return commands.get(args.command, run_plan)(args)
+        code = commands.get(args.command, run_plan)(args)
+        sys.stdout.flush()  # a reader gone shows here, not at exit, outside this handling
+        return code
     except InputError as err:
         print(f"sg-reconciler: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -16,6 +16,7 @@ from sg_reconciler.core.fleet import DeploymentStatus, ExecutionOutcome, executi
 from sg_reconciler.policy import PolicyError, parse_policy
 
 from sg_reconciler_tools.plan_files import InputError
+from sg_reconciler_tools.render import UTC_SECONDS
 
 EXIT_NEEDS_ATTENTION = 3
 
@@ -91,14 +92,15 @@ SEE = " (what each means and what to do: docs/troubleshooting.md)"
 
 
 def _shown(stamp: str) -> str:
-    """A stored ISO time as a person reads it: to the second, in UTC."""
+    """A stored ISO time as a person reads it: to the second, in UTC (one without a zone is
+    shown as it is written, to the second)."""
     try:
         moment = datetime.fromisoformat(stamp)
     except ValueError:
         return stamp
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if moment.tzinfo is None:
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.astimezone(UTC).strftime(UTC_SECONDS)
 
 
 def render_stack_status(status: StackStatus) -> str:

@@ -429,6 +429,22 @@ def test_flags_before_the_command_are_told_where_they_go(
     assert says in err
 
 
+def test_words_before_the_command_that_are_not_flags_are_argparse_s_to_judge(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # an unknown command, even with a command's name later as a value
+    for argv in (["help", "plan"], ["relase-template", "--out", "demo"]):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert_one_line_error(code, out, err)
+        assert f"invalid choice: '{argv[0]}'" in err and "flags go after" not in err
+    # help and the version before a command are what they ask for
+    for asked in ("--help", "--version"):
+        with pytest.raises(SystemExit) as stopped:
+            main([asked, "plan"])
+        assert stopped.value.code == 0 and capsys.readouterr().out
+
+
 def test_a_badly_written_account_policy_points_at_release_template_help(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -506,6 +522,20 @@ def test_a_reader_that_stops_early_or_a_ctrl_c_ends_without_a_traceback(
     process.stdout.close()
     _, err = process.communicate(timeout=60)
     # Then it stops quietly with 141, as a process the pipe's SIGPIPE ended
+    assert (process.returncode, err) == (EXIT_BROKEN_PIPE, b"")
+    # And so it does when the reader left before a small output (still in the buffer), with
+    # stdout buffered as on a user's machine
+    small = write(tmp_path / "small.json", many[:1])
+    quiet = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    process = subprocess.Popen(
+        [*command, "--current", str(current), "--desired", str(small)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=quiet,
+    )
+    assert process.stdout is not None
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
     assert (process.returncode, err) == (EXIT_BROKEN_PIPE, b"")
 
     # And Ctrl-C is one line and 130, as a shell reports it
@@ -590,6 +620,10 @@ def test_status_shows_times_to_the_second_and_where_attention_is_explained() -> 
     assert text.splitlines()[-1].endswith(
         "(what each means and what to do: docs/troubleshooting.md)"
     )
+    # a time without a zone is not claimed to be UTC
+    naive = run("c", "SUCCEEDED", "2026-12-03T18:40:12.5")
+    shown = render_stack_status(StackStatus("s", "1", "r", [naive]))
+    assert "last drift repaired: 2026-12-03 18:40:12\n" in shown
 
 
 def test_version_is_the_projects(capsys: pytest.CaptureFixture[str]) -> None:
@@ -602,21 +636,42 @@ def test_version_is_the_projects(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_every_command_and_flag_is_in_the_cli_docs() -> None:
-    # each command's flags in its own section, or in what every command shares (the usage
-    # block and "AWS access", before the first command's section)
+    # each command's flags in a row of its own section's table, or of "AWS access" (which
+    # the commands that read AWS share); a flag named only in the usage block is not enough
     docs = (REPO / "docs" / "cli.md").read_text()
-    shared, *sections = re.split(r"^## `", docs, flags=re.MULTILINE)
-    own = {section.split("`", 1)[0]: section for section in sections}
+    sections = {
+        part.split("\n", 1)[0].strip("` "): part
+        for part in re.split(r"^## ", docs, flags=re.MULTILINE)[1:]
+    }
     parser = cli.build_parser()
     (subcommands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
 
-    def flags(of: argparse.ArgumentParser) -> list[str]:
-        found = [f for a in of._actions for f in a.option_strings if f.startswith("--")]
-        return [f for f in found if f != "--help"]
+    def rows(text: str) -> set[str]:
+        return set(re.findall(r"^\| `(--[a-z-]+)[ `]", text, flags=re.MULTILINE))
 
-    missing = [f for f in flags(parser) if f not in shared]
+    def flags(of: argparse.ArgumentParser) -> set[str]:
+        found = {f for a in of._actions for f in a.option_strings if f.startswith("--")}
+        return found - {"--help", "--version"}
+
+    shared = rows(sections["AWS access"])
+    missing = [f"{name}: no section" for name in subcommands.choices if name not in sections]
     for name, command in subcommands.choices.items():
-        if name not in own:
-            missing.append(f"## `{name}`")
-        missing += [f"{name} {f}" for f in flags(command) if f not in own.get(name, "") + shared]
+        documented = rows(sections.get(name, "")) | shared
+        missing += sorted(f"{name} {f}" for f in flags(command) - documented)
     assert missing == []
+    assert "sg-reconciler --version" in docs
+
+
+def test_a_table_the_caller_may_not_describe_is_used_unchecked_with_a_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from types import SimpleNamespace
+
+    from botocore.exceptions import ClientError
+
+    def refused(**_: object) -> None:
+        raise ClientError({"Error": {"Code": "AccessDeniedException"}}, "DescribeTable")
+
+    clients = SimpleNamespace(dynamodb=SimpleNamespace(describe_table=refused))
+    cli._check_table(clients, "locks", "group_id", "LockTableName")  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "note: locks not checked (DescribeTable refused)\n"
