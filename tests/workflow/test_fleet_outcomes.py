@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sg_reconciler.core.fleet import (
@@ -95,3 +95,26 @@ def test_an_outcome_round_trips_and_a_report_without_its_account_is_refused() ->
 def test_an_unreadable_execution_input_is_not_a_scheduled_run() -> None:
     description = {**described("SUCCEEDED"), "input": "not json"}
     assert not execution_outcome(description, account="1", region="r", stack="s").scheduled
+
+
+def test_stop_times_are_kept_in_utc_so_they_order_as_text() -> None:
+    # boto3 gives stop times in the caller's zone; across a daylight-saving change the later
+    # one can read as the earlier (01:10+00:00 is after 01:30+01:00)
+    summer = timezone(timedelta(hours=1))
+    first = execution_outcome(
+        {
+            "name": "a",
+            "status": "SUCCEEDED",
+            "stopDate": datetime(2026, 10, 25, 1, 30, tzinfo=summer),
+        },
+        account="1",
+        region="r",
+        stack="s",
+    )
+    later = execution_outcome(
+        {"name": "b", "status": "SUCCEEDED", "stopDate": datetime(2026, 10, 25, 1, 10, tzinfo=UTC)},
+        account="1",
+        region="r",
+        stack="s",
+    )
+    assert first.stopped_at == "2026-10-25T00:30:00+00:00" and later.stopped_at > first.stopped_at

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 OUTCOME_SOURCE = "sg-reconciler"
@@ -100,8 +100,14 @@ def execution_outcome(
         error=str(description.get("error") or ""),
         cause=str(description.get("cause") or "")[:1000],
         scheduled=scheduled,
-        stopped_at=stop.isoformat() if isinstance(stop, datetime) else str(stop or ""),
+        stopped_at=_utc(stop) if isinstance(stop, datetime) else str(stop or ""),
     )
+
+
+def _utc(moment: datetime) -> str:
+    """In UTC, so that stored times compare as text: boto3 gives the caller's local offset,
+    and two offsets (a daylight-saving change) would order them wrongly."""
+    return (moment.astimezone(UTC) if moment.tzinfo is not None else moment).isoformat()
 
 
 @dataclass(frozen=True)
