@@ -698,8 +698,8 @@ def run_plan(args: argparse.Namespace) -> int:
         with paused_collector():
             result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
     except RuleError as err:  # a desired rule listed twice, or a current one without its id
-        file = args.desired if str(err).startswith("desired") else args.current
-        raise InputError(f"{file}: {err}") from None
+        file = {"desired": args.desired, "current": args.current}.get(err.of)
+        raise InputError(f"{file}: {err}" if file else str(err)) from None
     if args.output == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -65,7 +65,8 @@ def dedupe_desired(desired: Sequence[Rule]) -> list[Rule]:
         if seen.description != rule.description:
             raise RuleError(
                 f"desired rule {rule.key} is listed twice with different descriptions "
-                f"({seen.description!r} and {rule.description!r})"
+                f"({seen.description!r} and {rule.description!r})",
+                of="desired",
             )
     return sorted(by_key.values(), key=lambda r: r.key)
 
@@ -347,7 +348,7 @@ def _transient(
 
 def _rule_id(rule: Rule) -> str:
     if rule.rule_id is None:
-        raise RuleError(f"current rule {rule.key} has no SecurityGroupRuleId")
+        raise RuleError(f"current rule {rule.key} has no SecurityGroupRuleId", of="current")
     return rule.rule_id
 
 

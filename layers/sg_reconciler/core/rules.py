@@ -39,7 +39,12 @@ _REFERENCE_TEXT_FIELDS = ("UserId", "VpcId", "VpcPeeringConnectionId", "PeeringS
 
 
 class RuleError(ValueError):
-    """A rule document that EC2 would reject or that does not describe one rule."""
+    """A rule document that EC2 would reject or that does not describe one rule. `of` says
+    which rules it is about ("current" or "desired") when the one who raises it knows."""
+
+    def __init__(self, message: str, *, of: str = "") -> None:
+        super().__init__(message)
+        self.of = of
 
 
 class Peer(NamedTuple):
