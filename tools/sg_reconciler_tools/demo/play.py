@@ -298,6 +298,11 @@ def act_two(say: Say) -> ActResult:
             "step",
             f"The same change (NodePort {NEW_NODE_PORT}) while AuthorizeSecurityGroupIngress is denied",
         )
+        say(
+            "info",
+            "EC2 answers UnauthorizedOperation; the step raises it as AccessDenied, the name "
+            "the state machine's Retry and Catch match",
+        )
         events = world.add_service(NEW_NODE_PORT)
         desired = desired_rules(world)
         with (
