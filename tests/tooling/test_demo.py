@@ -49,3 +49,19 @@ def test_the_three_acts_show_make_before_break_and_the_gap_it_avoids(
     assert three["converged"] is True  # the reconciler's drift repair closes it
 
     assert result["ok"] is True and result["exit_code"] == 0
+
+
+def test_metrics_an_earlier_run_left_in_the_process_never_reach_the_json(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given 99 metrics an earlier run left unpublished (disabled, Powertools keeps them, and
+    # prints the set to stdout at 100 whatever the setting)
+    from sg_reconciler.observability import metrics
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    for n in range(99):
+        metrics.add_metric(name=f"Leftover{n}", unit="Count", value=1)
+    # When the demo's first act runs with --json, Then its stdout is its JSON alone
+    code = main(["demo", "--act", "1", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["ok"] is True

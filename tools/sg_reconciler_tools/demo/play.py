@@ -34,6 +34,7 @@ from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.demo.large_world import LargeWorld
 from sg_reconciler_tools.demo.world import DemoWorld, build_world, scheduled_event
 from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor, LocalRuntime
+from sg_reconciler_tools.local.functions import drop_unpublished_metrics
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
 NEW_NODE_PORT = 32500
@@ -217,6 +218,7 @@ def quiet_handlers() -> None:
     """The demo speaks for itself: keep the functions' JSON logs, EMF metrics and the
     emulator's warnings off the terminal."""
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    drop_unpublished_metrics()  # values an earlier run in this process left behind
     logger.setLevel(logging.CRITICAL)
     logging.getLogger("moto").setLevel(logging.CRITICAL)
     logging.getLogger("sg_reconciler").setLevel(logging.CRITICAL)
