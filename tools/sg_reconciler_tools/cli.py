@@ -707,7 +707,17 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0 if isinstance(result, Plan) else EXIT_REFUSED
 
 
-COMMANDS = ("plan", "init", "adopt", "release-brake", "status", "release-template", "demo")
+# What each command runs; its keys are the commands, known before argparse reads a word
+RUNS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "plan": run_plan,
+    "init": run_init,
+    "adopt": run_adopt,
+    "release-brake": run_release_brake,
+    "status": run_status,
+    "release-template": run_release_template,
+    "demo": run_demo_command,
+}
+COMMANDS = tuple(RUNS)
 
 
 def _refuse_flags_before_the_command(given: Sequence[str]) -> None:
@@ -733,15 +743,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(
                 f"unrecognized arguments: {' '.join(unknown)}", f"{PROG} {args.command}"
             )
-        commands = {
-            "demo": run_demo_command,
-            "release-brake": run_release_brake,
-            "adopt": run_adopt,
-            "init": run_init,
-            "status": run_status,
-            "release-template": run_release_template,
-        }
-        code = commands.get(args.command, run_plan)(args)
+        code = RUNS[args.command](args)
         sys.stdout.flush()  # a reader gone shows here, not at exit, outside this handling
         return code
     except InputError as err:

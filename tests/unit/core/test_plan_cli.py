@@ -542,7 +542,7 @@ def test_a_reader_that_stops_early_or_a_ctrl_c_ends_without_a_traceback(
     def interrupted(args: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "run_plan", interrupted)
+    monkeypatch.setitem(cli.RUNS, "plan", interrupted)
     code = main(["plan", "--current", str(current), "--desired", str(desired)])
     assert (code, capsys.readouterr().err) == (EXIT_INTERRUPTED, "sg-reconciler: interrupted\n")
 
