@@ -9,7 +9,8 @@ from sg_reconciler.core.handover import HandOver
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke, step_to_dict
 from sg_reconciler.core.rules import Rule, describe_ports, rule_to_dict
 
-UTC_SECONDS = "%Y-%m-%d %H:%M:%S UTC"  # a time as the CLI shows it (strftime)
+SECONDS = "%Y-%m-%d %H:%M:%S"  # a time as the CLI shows it (strftime)
+UTC_SECONDS = f"{SECONDS} UTC"
 
 
 def _rule_text(rule: Rule, names: Mapping[str, str] | None = None) -> str:

@@ -16,7 +16,7 @@ from sg_reconciler.core.fleet import DeploymentStatus, ExecutionOutcome, executi
 from sg_reconciler.policy import PolicyError, parse_policy
 
 from sg_reconciler_tools.plan_files import InputError
-from sg_reconciler_tools.render import UTC_SECONDS
+from sg_reconciler_tools.render import SECONDS, UTC_SECONDS
 
 EXIT_NEEDS_ATTENTION = 3
 
@@ -99,7 +99,7 @@ def _shown(stamp: str) -> str:
     except ValueError:
         return stamp
     if moment.tzinfo is None:
-        return moment.strftime("%Y-%m-%d %H:%M:%S")
+        return moment.strftime(SECONDS)
     return moment.astimezone(UTC).strftime(UTC_SECONDS)
 
 
