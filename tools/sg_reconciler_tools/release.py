@@ -76,15 +76,25 @@ class Release:
         ]
 
 
+# How much of pip's output a failed install shows: its error is at the end.
+PIP_OUTPUT_TAIL_LINES = 20
+
+
 def pip_install(requirements: Path, target: Path) -> None:
-    """The layer's requirements for Lambda's runtime (python3.13, arm64), as `sam build` does."""
-    subprocess.run(
+    """The layer's requirements for Lambda's runtime (python3.13, arm64), as `sam build` does.
+
+    pip's output is held back: its warnings (which --quiet still prints: a find-links location
+    of the caller's pip configuration that is missing, a newer pip) are not the release's
+    business. When pip fails, its last lines are in the error. It never prompts (--no-input):
+    with its output held back, a prompt would be a silent wait."""
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "install",
             "--quiet",
+            "--no-input",
             "--requirement",
             str(requirements),
             "--target",
@@ -97,8 +107,21 @@ def pip_install(requirements: Path, target: Path) -> None:
             "3.13",
             "--only-binary=:all:",
         ],
-        check=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        check=False,
     )
+    if done.returncode != 0:
+        lines = done.stdout.rstrip().splitlines()
+        shown = lines[-PIP_OUTPUT_TAIL_LINES:]
+        if len(lines) > len(shown):
+            shown.insert(0, f"(... {len(lines) - len(shown)} earlier line(s) of pip's output)")
+        raise ReleaseError(
+            f"{requirements}: pip could not install the layer's packages (exit "
+            f"{done.returncode}); its output:\n" + "\n".join(shown or ["(none)"])
+        )
 
 
 def build_release(

@@ -178,6 +178,67 @@ def test_the_command_line_names_what_it_refuses(
     )
 
 
+def fake_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """`python -m pip` as a script: release-template runs pip with its own interpreter, so the
+    interpreter is what the test replaces."""
+    script = tmp_path / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        '[ "$1 $2 $3" = "-m pip install" ] || { echo "not pip install: $*" >&2; exit 99; }\n' + body
+    )
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(script))
+
+
+def test_pip_says_nothing_to_the_user_when_it_installs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Given a pip whose configuration names a location that is gone: it warns even when quiet
+    fake_pip(
+        tmp_path,
+        monkeypatch,
+        "echo \"WARNING: Location 'file:///gone/simple/' is ignored: it is neither a file nor "
+        'a directory." >&2\n'
+        'echo "Collecting aws-lambda-powertools"\n'
+        "exit 0\n",
+    )
+    # When a release is built
+    code = main(["release-template", "--bucket", "b", "--out", str(tmp_path / "out")])
+    # Then the user reads the release's lines, none of pip's
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert err == "building the layers and the functions' code (a minute or less)...\n"
+    assert "WARNING" not in out and "Collecting" not in out
+    assert out.startswith(f"wrote {tmp_path / 'out' / 'template.json'} (no Transform)")
+
+
+def test_a_failing_pip_is_one_error_with_its_last_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Given a pip that cannot find a package, after a long output
+    fake_pip(
+        tmp_path,
+        monkeypatch,
+        'i=1; while [ $i -le 30 ]; do echo "pip line $i"; i=$((i+1)); done\n'
+        'echo "ERROR: No matching distribution found for aws-lambda-powertools" >&2\n'
+        "exit 1\n",
+    )
+    # When a release is built
+    code = main(["release-template", "--bucket", "b", "--out", str(tmp_path / "out")])
+    # Then it is refused with pip's error and the lines before it, and no traceback
+    out, err = capfd.readouterr()
+    assert code == 2 and out == ""
+    assert "Traceback" not in err
+    message = err.split("\n", 1)[1]  # after the line saying it is building
+    assert message.startswith("sg-reconciler: error: ")
+    assert "requirements.txt: pip could not install the layer's packages (exit 1)" in message
+    assert "(... 11 earlier line(s) of pip's output)\npip line 12\n" in message
+    assert "pip line 11\n" not in message
+    assert message.endswith(
+        "pip line 30\nERROR: No matching distribution found for aws-lambda-powertools\n"
+    )
+
+
 @pytest.fixture
 def organization() -> Iterator[None]:
     with mock_aws():
