@@ -67,6 +67,6 @@ def test_adopt_live_during_the_adopting_runs_settle_waits_for_it(
             }
         )
     watch.assert_clean()
-    assert code == 3 and waits and report["to_adopt"] == [] and report["cut"] == ""
+    assert code == 3 and waits and report["to_adopt"] == [] and report["cut"] == []
     assert described.get("error") == "RolledBack"
     assert after_code == 3 and after["waiting_for"] == [] and len(after["to_adopt"]) == 2

@@ -148,7 +148,8 @@ def test_the_lbcs_rules_are_adopted_in_place_and_the_rest_authorized_first(
     # And the check says ready; the controller's own leftover stays its business
     code, report = check(world, tmp_path, capsys)
     assert code == 0 and report["ready"] is True and len(report["adopted"]) == 2
-    assert "tcp 30000-30001" in report["beyond_desired"]
+    beyond = {(f["IpProtocol"], f["FromPort"], f["ToPort"]) for f in report["beyond_desired"]}
+    assert ("tcp", 30000, 30001) in beyond
     # When the controller's rule management is turned off, it revokes only what is its own,
     # and the backend group still reaches every node group (before: both ranges went)
     assert controller_stops(world) == [i for i in before if i not in adoptable]
@@ -212,7 +213,7 @@ def test_adopt_live_is_not_ready_while_the_adopting_run_could_still_hand_the_rul
     name = described["executionArn"].rsplit(":", 1)[1]
     ((code, report),) = during
     assert len(report["adopted"]) == 2 and report["to_adopt"] == []
-    assert report["to_authorize"] == [] and report["cut"] == ""  # only the run holds it back
+    assert report["to_authorize"] == [] and report["cut"] == []  # only the run holds it back
     assert code == 3 and report["ready"] is False
     assert [w.split(" ")[0] for w in report["waiting_for"]] == [name]
     assert "rollback hands the adopted rules back" in report["waiting_for"][0]

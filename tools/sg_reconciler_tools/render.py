@@ -8,6 +8,7 @@ from typing import Any
 from sg_reconciler.core.handover import HandOver
 from sg_reconciler.core.plan import Authorize, Plan, Refusal, Revoke, step_to_dict
 from sg_reconciler.core.rules import Rule, describe_ports, rule_to_dict
+from sg_reconciler.core.traffic import Traffic
 
 SECONDS = "%Y-%m-%d %H:%M:%S"  # a time as the CLI shows it (strftime)
 UTC_SECONDS = f"{SECONDS} UTC"
@@ -166,6 +167,12 @@ def render_handover(
     return "\n".join(lines)
 
 
+def traffic_to_list(traffic: Traffic) -> list[dict[str, Any]]:
+    """Traffic as JSON: rules in describe-security-group-rules shape, as a plan gives its
+    rules, that together allow exactly that traffic."""
+    return [rule_to_dict(Rule(key), with_identity=False) for key in traffic.rule_keys()]
+
+
 def handover_to_dict(state: HandOver) -> dict[str, Any]:
     return {
         "ready": state.ready,
@@ -173,11 +180,11 @@ def handover_to_dict(state: HandOver) -> dict[str, Any]:
         "to_authorize": [rule_to_dict(r, with_identity=False) for r in state.to_authorize],
         "adopted": [rule_to_dict(r) for r in state.adopted],
         "left_to_owner": [rule_to_dict(r) for r in state.left_to_owner],
-        "beyond_desired": state.beyond_desired.describe(limit=20) if state.beyond_desired else "",
-        "cut": state.cut.describe(limit=20) if state.cut else "",
+        "beyond_desired": traffic_to_list(state.beyond_desired),
+        "cut": traffic_to_list(state.cut),
         "unknown_targets": list(state.unknown_targets),
         "unrelated_unknown_targets": list(state.unrelated_unknown),
         "waiting_for": list(state.waiting_for),
         "unmatched_descriptions": list(state.unmatched),
-        "unlisted_only": state.unlisted_only.describe(limit=20) if state.doubtful else "",
+        "unlisted_only": traffic_to_list(state.unlisted_only) if state.doubtful else [],
     }

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sg_reconciler.core.rules import Peer, Rule, RuleKey, protocol_number
+from sg_reconciler.core.rules import Peer, Rule, RuleKey, cidr_peer, protocol_number
 
 # A canonical union of boxes: a sorted tuple of disjoint half-open intervals on the first
 # dimension, each with the canonical set of the remaining dimensions; adjacent intervals with
@@ -390,6 +390,27 @@ class Traffic:
         cells = dict(self.parts).get((group_id, family))
         return cells is not None and _contains(cells, (addr, protocol, port))
 
+    def rule_keys(self) -> list[RuleKey]:
+        """Rules that together allow exactly this traffic, no more, no less: what a script
+        reads (in a JSON output, each in describe-security-group-rules shape). A peer range
+        becomes the CIDRs that cover it; an ICMP range whole types, or single type and code
+        pairs; and a protocol range, each protocol of it, so all traffic less one protocol
+        lists every other protocol number."""
+        keys: list[RuleKey] = []
+        for (group, family), cells in self.parts:
+            for alo, ahi, protos in cells:
+                for peer in _peers(family, alo, ahi):
+                    for plo, phi, ports in protos:
+                        if (plo, phi) == ALL_PROTOCOLS and _whole(ports):
+                            keys.append(RuleKey(group, "-1", -1, -1, peer))
+                            continue
+                        for number in range(plo, phi):
+                            keys.extend(
+                                RuleKey(group, protocol, lo, hi, peer)
+                                for protocol, lo, hi in _rule_ports(number, ports)
+                            )
+        return keys
+
     def describe(self, limit: int = 5) -> str:
         """A short human description for error messages (first few boxes)."""
         lines: list[str] = []
@@ -404,6 +425,44 @@ class Traffic:
 
 
 _PROTOCOL_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6"}
+
+
+def _peers(family: str, lo: int, hi: int) -> list[Peer]:
+    """The peers that cover addresses lo..hi-1 of a family exactly (one for a group or list)."""
+    if family in ("ipv4", "ipv6"):
+        address = ipaddress.IPv4Address if family == "ipv4" else ipaddress.IPv6Address
+        networks = ipaddress.summarize_address_range(address(lo), address(hi - 1))
+        return [cidr_peer(str(network)) for network in networks]
+    return [Peer("prefix_list" if family.startswith("pl-") else "group", family)]
+
+
+def _whole(ports: Cells) -> bool:
+    return ports == ((*ALL_PORTS, _EMPTY),)
+
+
+def _rule_ports(number: int, ports: Cells) -> list[tuple[str, int, int]]:
+    """(protocol, FromPort, ToPort) of the rules that allow exactly `ports` of one protocol."""
+    protocol = _PROTOCOL_NAMES.get(number, str(number))
+    if protocol in ("tcp", "udp"):
+        return [(protocol, lo, hi - 1) for lo, hi, _ in ports]
+    if protocol not in ("icmp", "icmpv6"):
+        # EC2 ignores ports for other protocols: their traffic is whole (key_box), and set
+        # operations on whole sets stay whole
+        return [(protocol, -1, -1)]
+    if _whole(ports):
+        return [(protocol, -1, -1)]
+    found = []
+    for lo, hi, _ in ports:  # type * 256 + code, as key_box lays ICMP out
+        at = lo
+        while at < hi:
+            kind, code = divmod(at, 256)
+            if code == 0 and at + 256 <= hi:
+                found.append((protocol, kind, -1))  # every code of the type
+                at += 256
+            else:
+                found.append((protocol, kind, code))
+                at += 1
+    return found
 
 
 def _describe_peer(family: str, lo: int, hi: int) -> str:

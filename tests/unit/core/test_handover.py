@@ -19,8 +19,10 @@ from sg_reconciler.core.rules import (
     Peer,
     Rule,
     RuleKey,
+    rule_from_dict,
 )
 from sg_reconciler.core.safety import check_plan
+from sg_reconciler.core.traffic import Traffic
 from sg_reconciler_tools.render import handover_to_dict, render_handover
 
 OWNER = "sg-reconciler"
@@ -206,9 +208,47 @@ def test_not_ready_says_why_and_only_why() -> None:
     assert "a typo in adopt_descriptions" in text
     assert "targets are still reached" not in text and "in flight" not in text
     doc = handover_to_dict(typo)
-    assert doc["unmatched_descriptions"] == ["elbv2.k8s.aws/x"] and "31500" in doc["unlisted_only"]
+    assert doc["unmatched_descriptions"] == ["elbv2.k8s.aws/x"]
+    assert doc["unlisted_only"] == [flow(31500, 31500)]
     waiting = hand_over(plan, current, desired, [THEIRS], ports, waiting_for=["run-1 (running)"])
     text = render_handover(waiting)
     assert "an execution in flight (above) must end first" in text
     assert "targets are still reached only through the other tool's rules" in text
     assert "no rule carries" not in text
+
+
+def flow(lo: int, hi: int, **peer: object) -> dict[str, object]:
+    """A flow of adopt's JSON: a rule in describe-security-group-rules shape, no identity."""
+    return {
+        "GroupId": "sg-nodes",
+        "IsEgress": False,
+        "IpProtocol": "tcp",
+        "FromPort": lo,
+        "ToPort": hi,
+        **(peer or {"ReferencedGroupInfo": {"GroupId": "sg-backend"}}),
+    }
+
+
+def test_adopt_json_gives_the_traffic_at_stake_as_rules_a_script_reads() -> None:
+    # Given the controller's 31000-32500 and a public NodePort, nothing of ours in place yet
+    desired, current, plan, _ = not_adopting()
+    public = Rule(
+        RuleKey("sg-nodes", "tcp", 30080, 30080, Peer("cidr4", "0.0.0.0/0")), THEIRS, "sgr-9"
+    )
+    ports = {"sg-nodes": frozenset({("tcp", 31500), ("tcp", 30080)})}
+    state = hand_over(plan, [*current, public], desired, [THEIRS], ports)
+    # When the check is printed as JSON
+    doc = handover_to_dict(state)
+    # Then what only the other tool's rules admit, and what targets lose with them, are
+    # lists of rules, as a plan's rules are written (before: one line of text each)
+    assert doc["beyond_desired"] == [
+        flow(30080, 30080, CidrIpv4="0.0.0.0/0"),
+        flow(32001, 32500),
+    ]
+    assert doc["cut"] == [flow(30080, 30080, CidrIpv4="0.0.0.0/0"), flow(31500, 31500)]
+    assert doc["unlisted_only"] == []  # every description is carried: no doubt
+    # and a script reads them back as rules that allow exactly that traffic
+    for name, traffic in (("beyond_desired", state.beyond_desired), ("cut", state.cut)):
+        assert Traffic.of(rule_from_dict(d) for d in doc[name]) == traffic, name
+    ready = hand_over(plan, current, desired, [THEIRS], {"sg-nodes": frozenset()})
+    assert handover_to_dict(ready)["cut"] == []

@@ -212,6 +212,50 @@ def test_set_operations_agree_with_rule_by_rule_matching(
     assert (ta | tb) == (tb | ta) and (ta & tb) == (tb & ta)
 
 
+@given(rule_sets, rule_sets)
+def test_rule_keys_allow_exactly_the_traffic_and_are_rules(
+    a: list[dict[str, Any]], b: list[dict[str, Any]]
+) -> None:
+    ta = Traffic.of(rule_from_dict(d) for d in a)
+    tb = Traffic.of(rule_from_dict(d) for d in b)
+    for traffic in (ta, ta | tb, ta & tb, ta - tb):
+        keys = traffic.rule_keys()
+        assert Traffic.of(keys) == traffic
+        # each is a rule EC2's shape can carry: it reads back as itself
+        assert [rule_from_dict(rule_to_dict(Rule(k))).key for k in keys] == keys
+
+
+def test_rule_keys_split_what_no_single_rule_says() -> None:
+    everything = t(key("-1", (-1, -1)))
+    assert everything.rule_keys() == [key("-1", (-1, -1))]
+    # an address range that is no CIDR, ports around a hole, ICMP types and codes
+    wide = t(key(ports=(80, 90), CidrIpv4="10.0.0.0/23")) - t(
+        key(ports=(85, 85), CidrIpv4="10.0.0.0/24")
+    )
+    assert wide.rule_keys() == [
+        key(ports=(80, 84), CidrIpv4="10.0.0.0/24"),
+        key(ports=(86, 90), CidrIpv4="10.0.0.0/24"),
+        key(ports=(80, 90), CidrIpv4="10.0.1.0/24"),
+    ]
+    icmp = t(key("icmp", (3, -1)), key("icmp", (8, 0))) - t(key("icmp", (3, 4)))
+    assert [k[1:4] for k in icmp.rule_keys()] == [
+        ("icmp", 3, 0),
+        ("icmp", 3, 1),
+        ("icmp", 3, 2),
+        ("icmp", 3, 3),
+        *(("icmp", 3, code) for code in range(5, 256)),
+        ("icmp", 8, 0),
+    ]
+    # all traffic but TCP: every other protocol, by number
+    rest = everything - t(key(ports=(0, 65535)))
+    keys = rest.rule_keys()
+    protocols = [k.protocol for k in keys]
+    assert len(protocols) == len(set(protocols)) == 255 and "tcp" not in protocols
+    assert {"udp", "icmp", "icmpv6", "0", "255"} <= set(protocols)
+    assert Traffic.of(keys) == rest
+    assert [rule_from_dict(rule_to_dict(Rule(k))).key for k in keys] == keys
+
+
 @pytest.mark.parametrize("port", [0, 65535])
 def test_port_bounds_are_inclusive(port: int) -> None:
     assert t(key(ports=(port, port))).allows("sg-0node", V4, 6, port)
