@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -85,8 +85,56 @@ class UsageError(InputError):
         super().__init__(f"{message} (see '{prog} --help')")
 
 
+_GIVEN = "_flags_given"  # the namespace's record of the flags _StoreOnce has seen
+
+
+class _StoreOnce(argparse._StoreAction):
+    """A flag that takes one value takes it once: given again, argparse keeps the last value
+    without a word (`--max-rules-per-group 4 --max-rules-per-group 60` planned with 60).
+    Flags that repeat by design say so with action="append"."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in given:
+            first = getattr(namespace, self.dest)
+            raise argparse.ArgumentError(
+                self, f"given twice ({first}, then {values}): give it once"
+            )
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _AppendEachKeyOnce(argparse._AppendAction):
+    """A flag repeated by design with (key, value) pairs takes each key once: a second value
+    for one key would win without a word, as for a flag given twice."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if isinstance(values, tuple) and values[0] in dict(getattr(namespace, self.dest) or ()):
+            raise argparse.ArgumentError(self, f"{values[0]} given twice: give each once")
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit code 2, like every bad input."""
+    """argparse that reports usage errors as one line and exit code 2, like every bad input;
+    a flag that takes one value is given once (_StoreOnce)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # every plain flag of this parser (its argument groups share the registry)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, self.prog)
@@ -229,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--prefix-list-size",
         type=_prefix_list_size,
-        action="append",
+        action=_AppendEachKeyOnce,
         default=[],
         metavar="PL=FAMILY:N",
         help=(

@@ -414,6 +414,55 @@ def test_an_unknown_flag_names_its_command(
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
+        (
+            ["plan", "--current", "c.json", "--desired", "d.json", "--max-rules-per-group", "4"],
+            "argument --max-rules-per-group: given twice (4, then 60)",
+        ),
+        (["plan", "--current", "c.json", "--output", "json"], "argument --output: given twice"),
+        # a flag of a shared group (AWS access), and other commands (none of them reads AWS)
+        (["plan", "--live", "--policy", "p.yaml", "--region", "x"], "argument --region: given"),
+        (["release-template", "--bucket", "b", "--template", "t"], "(t, then u)"),
+    ],
+)
+def test_a_flag_that_takes_one_value_given_twice_names_the_flag_and_its_command(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    # Given a command line whose last flag is given again with another value
+    again = {
+        "--max-rules-per-group": "60",
+        "--output": "table",
+        "--region": "y",
+        "--template": "u",
+    }[argv[-2]]
+    # When it runs, then it is refused, not planned (or run) with the last value
+    code = main([*argv, argv[-2], again])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert says in err
+    assert err.rstrip().endswith(f"(see 'sg-reconciler {argv[0]} --help')")
+
+
+def test_a_flag_repeated_by_design_takes_each_prefix_list_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given rules that reference two prefix lists
+    current = [owned(NODES, (80, 80), f"sgr-{n}", PrefixListId=f"pl-0a{n}") for n in (1, 2)]
+    desired = [rule(NODES, (80, 81), PrefixListId=f"pl-0a{n}") for n in (1, 2)]
+    files = write(tmp_path / "c.json", current), write(tmp_path / "d.json", desired)
+    sizes = ["--per-family", "--prefix-list-size", "pl-0a1=IPv4:2"]
+    # When each list's size is given once, the flag repeats as designed
+    code, out, err = run(capsys, *files, *sizes, "--prefix-list-size", "pl-0a2=IPv4:2")
+    assert (code, err) == (0, "") and "authorize" in out
+    # When one list is given two sizes, neither silently wins
+    code, out, err = run(capsys, *files, *sizes, "--prefix-list-size", "pl-0a1=IPv4:20")
+    assert_one_line_error(code, out, err)
+    assert "argument --prefix-list-size: pl-0a1 given twice" in err
+    assert err.rstrip().endswith("(see 'sg-reconciler plan --help')")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
         # argparse read the value as the command, or called the flag given missing
         (["--region", "eu-west-1", "init", "--live"], "--region eu-west-1: flags go after"),
         (["--live", "init"], "--live: flags go after the command (sg-reconciler init --live"),
