@@ -159,23 +159,32 @@ def _prefix_list_size(text: str) -> tuple[str, PrefixListSize]:
     return match[1], PrefixListSize(match[2], int(match[3]))
 
 
-def _offline_limits(args: argparse.Namespace, rules: Sequence[Rule]) -> Limits:
-    """The quota as the options say; per family, every referenced list's size must be given."""
+def _offline_limits(args: argparse.Namespace, rules: Sequence[Rule]) -> tuple[Limits, list[str]]:
+    """The quota as the options say, and notes on them; per family, every referenced list's
+    size must be given, and a size for a list no rule references is named (a typo?), as a
+    binding that selects nothing is."""
     sizes = dict(args.prefix_list_size)
     if not args.per_family:
         if sizes:
             raise UsageError("--prefix-list-size counts only with --per-family", PLAN)
-        return Limits(args.max_rules_per_group)
-    missing = sorted(
-        {r.key.peer.value for r in rules if r.key.peer.kind == "prefix_list"} - sizes.keys()
-    )
+        return Limits(args.max_rules_per_group), []
+    referenced = {r.key.peer.value for r in rules if r.key.peer.kind == "prefix_list"}
+    missing = sorted(referenced - sizes.keys())
     if missing:
         raise UsageError(
             f"--per-family counts a prefix list as its MaxEntries: give --prefix-list-size "
             f"for {', '.join(missing)}",
             PLAN,
         )
-    return Limits(args.max_rules_per_group, per_family=True, prefix_lists=sizes)
+    unused = sorted(sizes.keys() - referenced)
+    notes = []
+    if unused:
+        counts = "its size counts" if len(unused) == 1 else "their sizes count"
+        notes.append(
+            f"--prefix-list-size names {', '.join(unused)}, which no rule in {args.current} or "
+            f"{args.desired} references (a typo?): {counts} for nothing"
+        )
+    return Limits(args.max_rules_per_group, per_family=True, prefix_lists=sizes), notes
 
 
 def _fingerprint(text: str) -> str:
@@ -741,7 +750,7 @@ def run_plan(args: argparse.Namespace) -> int:
         raise UsageError("plan needs --current and --desired, or --live with --policy", PLAN)
     current = load_current(args.current)
     desired = load_desired(args.desired)
-    limits = _offline_limits(args, [*current, *desired])
+    limits, notes = _offline_limits(args, [*current, *desired])
     try:
         with paused_collector():
             result: Plan | Refusal = make_plan(current, desired, args.owner, limits)
@@ -749,9 +758,14 @@ def run_plan(args: argparse.Namespace) -> int:
         file = {"desired": args.desired, "current": args.current}.get(err.of)
         raise InputError(f"{file}: {err}" if file else str(err)) from None
     if args.output == "json":
-        print(json.dumps(result.to_dict(), indent=2))
+        doc = result.to_dict()
+        if notes:  # as the live plan adds its own (a refusal's too)
+            doc["notes"] = [*doc.get("notes", []), *notes]
+        print(json.dumps(doc, indent=2))
     else:
         print(render_plan(result, current=current))
+        for note in notes:
+            print(f"note: {note}")
     return 0 if isinstance(result, Plan) else EXIT_REFUSED
 
 

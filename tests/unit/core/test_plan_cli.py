@@ -138,6 +138,33 @@ def test_per_family_counts_a_prefix_list_as_its_max_entries(
     assert code == 0 and [s["action"] for s in json.loads(out)["steps"]] == ["modify"]
 
 
+def test_a_prefix_list_size_no_rule_references_is_named_in_a_note(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given rules that reference pl-0a1 only, and its size given with two more (typos?)
+    current, desired = per_family_files(tmp_path, {"PrefixListId": "pl-0a1"})
+    sizes = ["--per-family", "--prefix-list-size", "pl-0a1=IPv4:2"]
+    typos = ["--prefix-list-size", "pl-0b2=IPv4:3", "--prefix-list-size", "pl-0a=IPv6:3"]
+    # When planned, the plan is the same, and a note names the lists that count for nothing
+    code, out, err = run(capsys, current, desired, *sizes, *typos, "--output", "json")
+    doc = json.loads(out)
+    assert (code, err) == (0, "") and [s["action"] for s in doc["steps"]] == ["authorize", "revoke"]
+    assert doc["notes"] == [
+        f"--prefix-list-size names pl-0a, pl-0b2, which no rule in {current} or {desired} "
+        "references (a typo?): their sizes count for nothing"
+    ]
+    # the table says it after the steps, as it says the plan's other notes
+    code, out, err = run(capsys, current, desired, *sizes, *typos[:2])
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-1] == (
+        f"note: --prefix-list-size names pl-0b2, which no rule in {current} or {desired} "
+        "references (a typo?): its size counts for nothing"
+    )
+    # every size used: no note
+    code, out, _ = run(capsys, current, desired, *sizes, "--output", "json")
+    assert code == 0 and json.loads(out)["notes"] == []
+
+
 @pytest.mark.parametrize(
     ("extra", "names"),
     [
