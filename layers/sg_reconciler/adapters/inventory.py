@@ -608,11 +608,8 @@ class _Reader:
         if locked is not None:
             owned = {r.group_id for r in rules if r.owned_by(policy.owner)}
         groups = self.groups(hosts | peers)  # after the rules: see the module docstring
-        dropped = sorted(g for g in rule_hosts if g not in groups)
-        if dropped:
-            self.notes.append(
-                f"group(s) {', '.join(dropped)} not found (deleted?): dropped from scope"
-            )
+        # noted by the desired state, once, with the group's role (a static rule's, ...)
+        missing = frozenset(g for g in rule_hosts if g not in groups)
         kept = tuple(r for r in rules if r.group_id in groups)
         lists = {r.key.peer.value for r in kept if r.key.peer.kind == "prefix_list"}
         lists |= {
@@ -629,6 +626,7 @@ class _Reader:
             rules=kept,
             owned_groups=frozenset(g for g in owned if g in groups),
             notes=tuple(self.notes),
+            missing_groups=missing,
             prefix_lists=sizes,
             account_rule_quota=quota,
             vpc_cidrs=vpc_cidrs,

@@ -99,7 +99,8 @@ def plan_from_inventory(
     state = compute_desired(inventory, policy.desired_settings())
     conflicts = [f"policy: {why}" for why in state.conflicts.values()]
     if conflicts and not partial:
-        return LivePlan(Refusal("; ".join(conflicts)), [], [], [], notes=list(inventory.notes))
+        notes = [*inventory.notes, *state.notes]  # a missing group's among them
+        return LivePlan(Refusal("; ".join(conflicts)), [], [], [], notes=notes)
     unreached = _unreached(inventory, policy, state)
     in_play = ({r.group_id for r in state.rules} | set(inventory.owned_groups)) - set(unreached)
     in_play -= set(state.conflicts)  # left as they are until the bindings agree

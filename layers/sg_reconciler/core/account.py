@@ -85,6 +85,9 @@ class Inventory:
     deleted mid-read is absent here and its rules are dropped from `rules`.
     `owned_groups` are groups that carry at least one rule with the owner tag (they stay in
     play even when nothing desires rules in them any more, so their stale rules go away).
+    `missing_groups` are groups whose rules the read looked for that were not found
+    (deleted?): the desired state notes each once, saying what it is to the policy where it
+    knows (core/desired.py).
     """
 
     load_balancers: tuple[LoadBalancer, ...] = ()
@@ -93,6 +96,7 @@ class Inventory:
     rules: tuple[Rule, ...] = ()
     owned_groups: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
+    missing_groups: frozenset[str] = frozenset()
     prefix_lists: Mapping[str, PrefixListSize] = field(default_factory=dict)
     account_rule_quota: int | None = None  # Service Quotas L-0EA8095F, when it could be read
     vpc_cidrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # IPv4 and IPv6

@@ -153,6 +153,37 @@ def test_plan_live_table(
     assert "exposure: 0 port(s) open beyond need (one range per source would open 17496)" in out
 
 
+def test_a_missing_group_of_static_rules_is_noted_once_by_its_role(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_env: None
+) -> None:
+    # Given static rules on a group that does not exist (two of them) and from one
+    gone, source = "sg-0000000000000dead", "sg-0000000000000beef"
+    nodes = server.world.groups["nodes_a"]
+    policy = write_policy(
+        tmp_path,
+        "static_rules:\n"
+        f"  - {{group_id: {gone}, from_port: 22, to_port: 22, cidr_ipv4: 10.0.0.0/8}}\n"
+        f"  - {{group_id: {gone}, from_port: 80, to_port: 80, cidr_ipv4: 10.0.0.0/8}}\n"
+        f"  - {{group_id: {nodes}, from_port: 443, to_port: 443, source_group_id: {source}}}\n",
+    )
+    for output in ("json", "table"):
+        # When the plan is read from the account
+        code, out, err = run(
+            capsys, "--live", "--policy", policy, "--endpoint-url", server.url, "--output", output
+        )
+        assert (code, err) == (0, "")
+        notes = (
+            json.loads(out)["notes"]
+            if output == "json"
+            else [line for line in out.splitlines() if line.startswith("note: ")]
+        )
+        # Then each missing group is noted once, saying what it is to the policy
+        about_gone = [n for n in notes if gone in n]
+        about_source = [n for n in notes if source in n]
+        assert len(about_gone) == 1 and "(static rule group)" in about_gone[0], notes
+        assert len(about_source) == 1 and "(static rule source)" in about_source[0], notes
+
+
 def test_a_refused_live_plan_exits_3(
     server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_env: None
 ) -> None:

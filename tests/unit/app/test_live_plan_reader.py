@@ -27,3 +27,20 @@ def test_the_live_plan_reads_through_the_given_reader() -> None:
     (step,) = live.result.steps
     assert isinstance(step, Authorize) and step.group_id == GROUP
     assert [str(r.key) for r in step.rules] == [f"{GROUP} tcp 443 from 10.0.0.0/16"]
+
+
+def test_a_missing_group_is_noted_once_saying_what_it_is_to_the_policy() -> None:
+    # Given a read that did not find the static rules' group nor an owned rule's group
+    owned_gone = "sg-0000000000000dead"
+    found = Inventory(missing_groups=frozenset({GROUP, owned_gone}))
+    two_rules = parse_policy(json.dumps({"static_rules": [STATIC, {**STATIC, "from_port": 22}]}))
+
+    live = compute_live_plan(FakeInventory(found), two_rules, Scope.everything())
+
+    # Then each is named in one note: the static rules' by its role, the other as in scope
+    assert [n for n in live.notes if GROUP in n] == [
+        f"{GROUP} (static rule group) does not exist (deleted?): left out of the plan"
+    ]
+    assert [n for n in live.notes if owned_gone in n] == [
+        f"{owned_gone} (in scope) does not exist (deleted?): left out of the plan"
+    ]
