@@ -66,8 +66,10 @@ CONTRACT_FLOOR = (
     "class Input(BaseModel):\n    plan_id: str\n"
     "Input(plan_id='p')"
 )
-# The floor with Powertools Parser's SQS and EventBridge models, which the planner reads its
-# records with: what they cost beyond the floor (built at import, not deferred).
+# The floor with Powertools Parser's `parse`, which the planner reads its records with (its
+# own two envelope models are built by the first event), and with Parser's SQS and
+# EventBridge models, which it read them with before: what each costs beyond the floor.
+PARSER = CONTRACT_FLOOR + "\nfrom aws_lambda_powertools.utilities.parser import parse"
 PARSER_MODELS = (
     CONTRACT_FLOOR + "\nfrom aws_lambda_powertools.utilities.parser.models import "
     "EventBridgeModel, SqsRecordModel"
@@ -76,6 +78,7 @@ BASELINES = (
     "import boto3",
     "boto3 + Powertools Logger/Metrics",
     "floor with typed contracts",
+    "floor + Parser's parse",
     "floor + Parser's SQS and EventBridge models",
 )
 
@@ -246,6 +249,7 @@ def targets(staged: Path) -> dict[str, Target]:
     found["import boto3"] = (BOTO3, staged, {"AWS_REGION": REGION})
     found["boto3 + Powertools Logger/Metrics"] = (POWERTOOLS, staged, any_env)
     found["floor with typed contracts"] = (CONTRACT_FLOOR, staged, any_env)
+    found["floor + Parser's parse"] = (PARSER, staged, any_env)
     found["floor + Parser's SQS and EventBridge models"] = (PARSER_MODELS, staged, any_env)
     for logical, f in functions.items():
         statement = f"import {f['module']} as m; m.{f['handler']}"

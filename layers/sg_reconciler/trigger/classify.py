@@ -21,12 +21,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsRecordModel
+from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 
 from sg_reconciler.core.index_events import TargetChange, Version
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.errors import validation_message as _first_error
+from sg_reconciler.trigger.envelopes import EventBridgeEnvelope, SqsMessage
 
 if TYPE_CHECKING:
     from sg_reconciler.trigger.cloudtrail import (
@@ -112,22 +113,26 @@ def parse_sqs_record(
     region: str,
     own_role_arns: frozenset[str],
 ) -> tuple[str, Parsed]:
-    """One record of an SQS batch, read with Powertools' SqsRecordModel, and its body
-    classified: (message id, what it is). A record that is not an SQS message (only a hand
-    invoke sends one) is ignored like any unreadable trigger, under its message id if it has
-    one, else its position."""
+    """One record of an SQS batch and its body classified: (message id, what it is). A
+    record that is not an SQS message with a text body (only a hand invoke sends one) is
+    ignored like any unreadable trigger, under its message id if it has one, else its
+    position."""
+    if not isinstance(record, dict):  # `parse` would read a string as JSON text
+        return str(index), _not_sqs(f"a {type(record).__name__}, not an object")
     try:
-        message = SqsRecordModel.model_validate(record)
+        message = parse(event=record, model=SqsMessage)
     except ValidationError as exc:
-        found = record.get("messageId") if isinstance(record, dict) else None
-        ignored = Ignored(None, _short(f"not an SQS record: {_first_error(exc)}"))
-        logger.info("ignored SQS record: %s", ignored.reason, extra={"reason": ignored.reason})
-        return (found if isinstance(found, str) else str(index)), ignored
-    if not isinstance(message.body, str):  # the model also admits parsed bodies; SQS sends text
-        return message.messageId, Ignored(None, "SQS record body is not text")
+        found = record.get("messageId")
+        return (found if isinstance(found, str) else str(index)), _not_sqs(_first_error(exc))
     return message.messageId, parse_record(
         message.body, account_id=account_id, region=region, own_role_arns=own_role_arns
     )
+
+
+def _not_sqs(why: str) -> Ignored:
+    ignored = Ignored(None, _short(f"not an SQS record: {why}"))
+    logger.info("ignored SQS record: %s", ignored.reason, extra={"reason": ignored.reason})
+    return ignored
 
 
 def scope_of(detail: CloudTrailDetail) -> Scope:
@@ -227,7 +232,7 @@ def _parse(
     event_id = raw.get("id") if isinstance(raw.get("id"), str) else None
 
     try:
-        envelope = EventBridgeModel.model_validate(raw)
+        envelope = parse(event=raw, model=EventBridgeEnvelope)
     except ValidationError as exc:
         return Ignored(event_id, _short(f"malformed event: {_first_error(exc)}"))
     event_id = envelope.id

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
+
+from sg_reconciler.trigger.envelopes import EventBridgeEnvelope
 
 CLOUDTRAIL_DETAIL_TYPE = "AWS API Call via CloudTrail"
 EC2_SOURCE = "aws.ec2"
@@ -614,7 +615,7 @@ DETAIL_MODELS: dict[str, type[CloudTrailDetail]] = dict(
 )
 
 
-class CloudTrailEvent(EventBridgeModel):
+class CloudTrailEvent(EventBridgeEnvelope):
     """A CloudTrail event we react to, its detail parsed by event name."""
 
     model_config = ConfigDict(defer_build=True)

@@ -200,4 +200,16 @@ def test_an_sqs_record_whose_body_is_no_text_is_ignored() -> None:
     message_id, parsed = sqs(record)
 
     assert message_id == record["messageId"]
-    assert parsed == Ignored(None, "SQS record body is not text")
+    assert parsed == Ignored(None, "not an SQS record: body: Input should be a valid string")
+
+
+def test_a_record_from_another_event_source_is_no_sqs_message() -> None:
+    record = load_event("sqs/RegisterTargets")["Records"][0]
+    record["eventSource"] = "aws:kinesis"
+
+    message_id, parsed = sqs(record)
+
+    assert message_id == record["messageId"]
+    assert isinstance(parsed, Ignored) and parsed.reason.startswith(
+        "not an SQS record: eventSource: Input should be 'aws:sqs'"
+    )

@@ -36,8 +36,10 @@ def test_every_event_name_has_one_eventbridge_and_one_sqs_sample() -> None:
 
 @pytest.mark.parametrize("name", EVENT_NAMES)
 def test_eventbridge_sample_parses_into_the_model_of_its_event_name(name: str) -> None:
-    event = CloudTrailEvent.model_validate(load_event(f"eventbridge/{name}"))
+    sample = load_event(f"eventbridge/{name}")
+    event = CloudTrailEvent.model_validate(sample)
 
+    EventBridgeModel.model_validate(sample)  # every field EventBridge sends, not only ours
     assert type(event.detail) is getattr(cloudtrail, f"{name}Detail")
     assert event.detail.eventName == name
     assert event.detail_type == CLOUDTRAIL_DETAIL_TYPE
