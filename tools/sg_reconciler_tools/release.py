@@ -292,5 +292,10 @@ def parse_account_policies(values: Sequence[str]) -> dict[str, Path]:
             raise ReleaseError(
                 f"{value!r}: expected ACCOUNT=FILE (a 12-digit account id) or OU=FILE (ou-...)"
             )
+        if target in pairs:  # the last would win without a word, as a flag given twice
+            raise ReleaseError(
+                f"--account-policy: {target} given twice ({pairs[target]}, then {file}): "
+                "give each account or OU once"
+            )
         pairs[target] = Path(file)
     return pairs

@@ -531,6 +531,15 @@ def test_a_badly_written_account_policy_points_at_release_template_help(
     assert err.rstrip().endswith("(see 'sg-reconciler release-template --help')")
 
 
+def test_an_account_given_two_policies_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    pairs = ("--account-policy", "111122223333=a.yaml", "--account-policy", "111122223333=b.yaml")
+    code = main(["release-template", "--bucket", "b", *pairs])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err)
+    assert "111122223333 given twice (a.yaml, then b.yaml)" in err
+    assert err.rstrip().endswith("(see 'sg-reconciler release-template --help')")
+
+
 def test_the_module_runs_as_a_program(files: tuple[Path, Path], tmp_path: Path) -> None:
     # Given the example files, when the CLI runs as its own process
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("layers", "tools"))}
