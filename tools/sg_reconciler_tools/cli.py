@@ -91,7 +91,7 @@ _GIVEN = "_flags_given"  # the namespace's record of the flags _StoreOnce has se
 class _StoreOnce(argparse._StoreAction):
     """A flag that takes one value takes it once: given again, argparse keeps the last value
     without a word (`--max-rules-per-group 4 --max-rules-per-group 60` planned with 60).
-    Flags that repeat by design say so with action="append"."""
+    Flags that repeat by design say so with action="append" (or _AppendEachKeyOnce)."""
 
     def __call__(
         self,
@@ -801,6 +801,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = list(sys.argv[1:] if argv is None else argv)
         _refuse_flags_before_the_command(given)
         args, unknown = build_parser().parse_known_args(given)
+        vars(args).pop(_GIVEN, None)  # _StoreOnce's record, not an option
         if unknown:  # argparse names the top level: name the command the flag was given to
             raise UsageError(
                 f"unrecognized arguments: {' '.join(unknown)}", f"{PROG} {args.command}"

@@ -113,10 +113,16 @@ def test_bindings_that_disagree_on_one_flow_refuse_the_plan_naming_both(
         f"    rule_source: {{kind: backend_group, group_id: {w.groups['back_a']}}}\n"
         "    rule_budget: 1\n"
     )
+    gone = "sg-0000000000000dead"
+    text += f"static_rules:\n  - {{group_id: {gone}, from_port: 22, to_port: 22, cidr_ipv4: 10.0.0.0/8}}\n"
     live = plan(ec2, elbv2, text)
     assert isinstance(live.result, Refusal)
     assert "bindings 'a' and 'a-strict'" in live.result.reason
     assert w.groups["nodes_a"] in live.result.reason
+    # the refusal keeps what the desired state noted: a static rule's missing group, once
+    assert [n for n in live.notes if gone in n] == [
+        f"{gone} (static rule group) does not exist (deleted?): left out of the plan"
+    ]
     # A deployed run (partial) leaves that group alone, authorizes the others' rules and
     # holds every revoke until the bindings agree
     parsed = parse_policy(text)

@@ -164,6 +164,14 @@ RULE_DOCS = st.builds(
         st.tuples(st.sampled_from([-1, 0, 3]), st.sampled_from([-1, 0, 4])).map(
             lambda p: {"IpProtocol": "icmp", "FromPort": p[0], "ToPort": p[1] if p[0] >= 0 else -1}
         ),
+        st.tuples(st.sampled_from([-1, 1, 128]), st.sampled_from([-1, 0])).map(
+            lambda p: {
+                "IpProtocol": "icmpv6",
+                "FromPort": p[0],
+                "ToPort": p[1] if p[0] >= 0 else -1,
+            }
+        ),
+        st.just({"IpProtocol": "50"}),
         st.just({"IpProtocol": "-1"}),
     ),
     st.sampled_from(
@@ -174,6 +182,7 @@ RULE_DOCS = st.builds(
             {"CidrIpv4": "0.0.0.0/0"},
             {"CidrIpv6": "2001:db8::/32"},
             {"ReferencedGroupInfo": {"GroupId": "sg-0lb"}},
+            {"PrefixListId": "pl-0a"},
         ]
     ),
 )

@@ -5,10 +5,14 @@ event, and no module of Parser's models is loaded."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from event_samples import ACCOUNT_ID, EVENTS_DIR, REGION
+
+LAYER = Path(__file__).resolve().parents[3] / "layers"
 
 PROBE = """
 import json, sys
@@ -34,6 +38,7 @@ def test_a_cold_planner_reads_records_without_parsers_models() -> None:
             ACCOUNT_ID,
             REGION,
         ],
+        env={**os.environ, "PYTHONPATH": str(LAYER)},
         capture_output=True,
         text=True,
         check=True,

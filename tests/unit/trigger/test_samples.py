@@ -74,9 +74,7 @@ def test_burst_is_one_sqs_event_with_several_known_eventbridge_records() -> None
     for record in message.Records:
         assert isinstance(record.body, str)
         event = CloudTrailEvent.model_validate_json(record.body)
-        assert event.model_dump(by_alias=True, mode="json") == CloudTrailEvent.model_validate(
-            load_event(f"eventbridge/{event.detail.eventName}")
-        ).model_dump(by_alias=True, mode="json")
+        assert json.loads(record.body) == load_event(f"eventbridge/{event.detail.eventName}")
         assert record.md5OfBody == hashlib.md5(record.body.encode()).hexdigest()
 
 
