@@ -637,7 +637,7 @@ def test_moto_skips_resources_it_has_no_model_for_and_says_so(cloud: Cloud) -> N
         "Properties": {"Queues": [{"Ref": "Q"}], "PolicyDocument": {"Statement": []}},
     }
     body = json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue"}, "Policy": policy}})
-    with warnings.catch_warnings(record=True) as loud:
+    with warnings.catch_warnings(record=True) as loud:  # moto alone warns
         warnings.simplefilter("always")
         cloud.cloudformation.create_stack(StackName="loud", TemplateBody=body)
     with warnings.catch_warnings(record=True) as quiet:

@@ -1130,6 +1130,61 @@ def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> No
         assert deliver()["account"] == "123456789012"
 
 
+def second_write_reaches_moto_while_the_first_is_inside(mocked: Mocked) -> bool:
+    """Two PutItem calls on one item from two threads; the first is held inside moto's part
+    of the call (an interceptor inside the atomic layer). True when the second reached
+    moto meanwhile, so both conditional writes could find the lock free."""
+    mocked.dynamodb.create_table(
+        TableName="locks",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    inside, release, second_inside = threading.Event(), threading.Event(), threading.Event()
+
+    def hold_the_first(service: str, operation: str, proceed: Callable[[], Any]) -> Any:
+        if inside.is_set():
+            second_inside.set()
+        else:
+            inside.set()
+            release.wait(5)
+        return proceed()
+
+    def put(owner: str) -> None:
+        with contextlib.suppress(ClientError):
+            mocked.dynamodb.put_item(
+                TableName="locks",
+                Item={"id": {"S": "sg-1"}, "owner": {"S": owner}},
+                ConditionExpression="attribute_not_exists(id)",
+            )
+
+    with moto_hooks.intercept_api_call(
+        "dynamodb", "PutItem", hold_the_first, layer=moto_hooks.ATOMIC_LAYER - 1
+    ):
+        first = threading.Thread(target=put, args=("first",))
+        first.start()
+        assert inside.wait(5)
+        second = threading.Thread(target=put, args=("second",))
+        second.start()
+        reached = second_inside.wait(0.5)
+        release.set()
+        first.join(5)
+        second.join(5)
+    mocked.dynamodb.delete_table(TableName="locks")
+    return reached
+
+
+def test_a_conditional_write_is_checked_and_applied_as_one_step(mocked: Mocked) -> None:
+    assert second_write_reaches_moto_while_the_first_is_inside(mocked), (
+        "moto serializes writes now: drop patch_atomic_writes"
+    )
+    with moto_hooks.patch_atomic_writes():
+        assert not second_write_reaches_moto_while_the_first_is_inside(mocked), (
+            "patch_atomic_writes let a second PutItem into moto beside the first"
+        )
+    assert second_write_reaches_moto_while_the_first_is_inside(mocked), "undone: moto alone"
+
+
 def target_groups(mocked: Mocked, count: int) -> Any:
     elbv2 = client("elbv2")
     for index in range(count):

@@ -72,6 +72,8 @@ def name_ssm_parameters(template: dict[str, Any], stack_name: str) -> None:
     CloudFormation names such a parameter itself; moto's `Parameter.
     create_from_cloudformation_json` calls `put_parameter(name=None)`, which fails with
     AttributeError and leaves the stack half created.
+
+    AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ssm-parameter.html (Name)
     """
     for logical_id, properties in _resources(template, "AWS::SSM::Parameter"):
         properties.setdefault("Name", f"{stack_name}-{logical_id}")
@@ -83,6 +85,8 @@ def inline_state_machine_definitions(template: dict[str, Any], fetch: Fetch) -> 
     `sam package` uploads a `DefinitionUri` file and SAM points the state machine at it
     with DefinitionS3Location; moto's `StateMachine.create_from_cloudformation_json` reads
     only DefinitionString and creates the machine with an empty definition.
+
+    AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
     for logical_id, properties in _resources(template, STATE_MACHINE):
         location = properties.pop("DefinitionS3Location", None)
@@ -103,6 +107,8 @@ def substitute_state_machine_definitions(template: dict[str, Any]) -> None:
     and the text is substituted as Step Functions does (the definition is parsed after,
     so a placeholder may stand for a number). A `${Name}` without an entry is refused: it
     would reach Step Functions as literal text.
+
+    AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
     for logical_id, properties in _resources(template, STATE_MACHINE):
         substitutions = properties.pop("DefinitionSubstitutions", None) or {}
@@ -164,6 +170,8 @@ def disable_sqs_event_source_mappings(template: dict[str, Any]) -> None:
     call) and deletes it: no batching window, no batches, and the queue is always empty.
     Disabled, the queue keeps its messages and the tests and the demo play Lambda's poller
     (receive a batch, invoke the function, delete what it processed).
+
+    Tooling: the tests and the demo read the queue as Lambda's poller would.
     """
     queues = {logical_id for logical_id, _ in _resources(template, "AWS::SQS::Queue")}
     for _, properties in _resources(template, "AWS::Lambda::EventSourceMapping"):
@@ -182,6 +190,8 @@ def serialize_role_policy_documents(template: dict[str, Any]) -> None:
     object as it is, and GetRolePolicy then answers with its Python repr (single quotes),
     which no JSON reader takes. As text, the document is stored and returned as JSON; the
     engine still resolves the intrinsics inside it first.
+
+    AWS: https://docs.aws.amazon.com/IAM/latest/APIReference/API_GetRolePolicy.html
     """
     for _, properties in _resources(template, "AWS::IAM::Role"):
         for policy in properties.get("Policies") or []:
@@ -195,6 +205,8 @@ def environment_strings(variables: Mapping[str, Any]) -> dict[str, str]:
 
     moto keeps a Number parameter's value as the int it parsed (a `!Ref WritesPerSecond`
     comes back as 1000 from GetFunctionConfiguration); CloudFormation passes strings.
+
+    AWS: https://docs.aws.amazon.com/lambda/latest/api/API_Environment.html
     """
     return {str(key): _text(value) for key, value in variables.items()}
 
@@ -215,6 +227,8 @@ def lambda_rule_targets(events: Any, rule_names: list[str]) -> list[tuple[str, d
     NotImplementedError. The runtime delivers the events it makes (Step Functions status
     changes) to these functions itself, never through PutEvents, reading the rules as
     the engine deployed them (patterns with their !Ref resolved, targets, enabled state).
+
+    Tooling: moto's EventBridge cannot invoke a Lambda target; the runtime does.
     """
     found: list[tuple[str, dict[str, Any]]] = []
     for name in rule_names:
@@ -239,6 +253,8 @@ def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
     API never looks: the stack's machine could not be described or started. The
     replacement is moto's own, with the backend the API uses (which also validates the
     definition, as CreateStateMachine does) and the `StateMachineType` moto's drops.
+
+    AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
     from moto.stepfunctions.models import StateMachine
     from moto.stepfunctions.responses import get_backend
@@ -279,6 +295,8 @@ def update_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
     with `StateMachineDoesNotExist`. The replacement updates the definition and role in the
     backend the API uses, in place, as AWS does when the name stays (the template names no
     machine, so it always stays).
+
+    AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
     from moto.stepfunctions.models import StateMachine
     from moto.stepfunctions.responses import get_backend
@@ -315,6 +333,8 @@ def ref_layer_versions_as_arns() -> moto_hooks.Patch:
     object went unseen; a stack update passes `Layers` to
     `LambdaFunction.update_configuration`, which looks each entry up as an ARN and fails
     (`'LayerVersion' object has no attribute 'replace'`).
+
+    AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-lambda-layerversion.html (Ref)
     """
     from moto.awslambda.models import LayerVersion
 
@@ -331,6 +351,8 @@ def apply_table_time_to_live() -> moto_hooks.Patch:
     table without it: DescribeTimeToLive says DISABLED for the lock and plan tables. The
     replacement creates the table as moto does, then applies the specification as
     UpdateTimeToLive does (moto never expires items either way).
+
+    AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-dynamodb-table-timetolivespecification.html
     """
     from moto.dynamodb.models import dynamodb_backends
     from moto.dynamodb.models.table import Table
@@ -368,6 +390,8 @@ def match_events_as_eventbridge() -> moto_hooks.Patch:
     the bus: a schedule rule (no pattern, and `EventPattern.matches_event` of no pattern
     is True) and a DISABLED rule too. SAM's `Schedule` event makes a schedule rule with a
     Lambda target, for which moto raises NotImplementedError: every PutEvents failed.
+
+    AWS: https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutRule.html and API_DisableRule.html
     """
     from moto.events.models import Rule
 
@@ -387,6 +411,8 @@ def parse_json_templates_as_json() -> moto_hooks.Patch:
     moto's `Stack.parse_template` reads every body with PyYAML's pure-Python `yaml.Loader`
     (JSON is YAML), which takes about 0.4 s for the app's translated template (86 KB, most
     of it the state machine's definition); that was the largest single part of a start.
+
+    Tooling: speed only, the template is the same.
     """
     from moto.cloudformation.models import Stack
 
@@ -406,7 +432,10 @@ def parse_json_templates_as_json() -> moto_hooks.Patch:
 @contextmanager
 def quiet_unsupported_resources() -> Iterator[None]:
     """Silence moto's warning for each resource type it skips (it repeats it on every
-    DescribeStackResources); the runtime lists the skipped resources instead."""
+    DescribeStackResources); the runtime lists the skipped resources instead.
+
+    Tooling: the runtime lists the skipped resources (`LocalRuntime.skipped`).
+    """
     import logging
     import warnings
 

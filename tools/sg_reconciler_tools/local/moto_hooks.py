@@ -4,7 +4,8 @@ Faults and observation do not touch moto: `intercept_api_call` runs interceptors
 botocore's public `before-send` event, around moto's stubber, for every client in the
 process. What moto does not offer through its API is patched, one small function per gap,
 whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
-the AWS page it follows (`AWS: ...`); each returns a `Patch` that undoes it. The gaps:
+the AWS page it follows (`AWS: ...`), else why it is tooling (`Tooling: ...`); each
+returns a `Patch` that undoes it (`test_hook_register.py` checks both). The gaps:
 running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
 public switch), EC2, Step Functions and EventBridge behaviour moto lacks, two speed-only
 lookups (answers unchanged) and reading a created stack's attributes.
@@ -239,6 +240,8 @@ def patch_wait_states(record: Callable[[float], None]) -> Patch:
 
     Replaces `moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function
     .WaitFunction._wait_interval`, which blocks on `env.program_state_event.wait(seconds)`.
+
+    Tooling: a Wait state would hold a test for its seconds; moto has no switch.
     """
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 
@@ -266,6 +269,8 @@ def patch_retry_sleep(record: Callable[[float], None]) -> Patch:
 
     `moto.stepfunctions.parser.asl.component.common.retry.retrier_decl.RetrierDecl._eval_body`
     calls `time.sleep(interval)` through its module global `time`; that global is swapped.
+
+    Tooling: Retry backoff would hold a test for minutes; moto has no switch.
     """
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
@@ -780,6 +785,8 @@ def patch_tag_lookup_by_resource() -> Patch:
     The wrapper answers a filter of exactly one literal id (letters, digits, `-`: no glob)
     from `TagBackend.tags[id]`, with the rows moto builds, in moto's order; any other
     filter goes to moto.
+
+    Tooling: speed only, the answers are moto's.
     """
     from moto.ec2.models.tags import TagBackend
     from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
@@ -839,6 +846,8 @@ def patch_groups_by_id_filter() -> Patch:
     checks those exist), the wrappers run moto's own method on a
     view of the backend holding only those groups, in moto's order: moto still validates
     the ids, sets missing ports to -1 and applies every filter, so the answer is the same.
+
+    Tooling: speed only, the answers are moto's.
     """
     from moto.ec2.models.security_groups import SecurityGroupBackend
 
