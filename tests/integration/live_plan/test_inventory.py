@@ -103,6 +103,52 @@ def test_a_group_deleted_mid_read_is_dropped_not_a_crash(
     assert world.groups["nodes_a"] in live.groups  # the rest is still planned
 
 
+def test_a_whole_account_plan_notes_no_group_that_exists_as_missing(
+    aws: tuple[Any, Any], world: World
+) -> None:
+    # Given every group of the world exists, and the plan reads the whole account (no narrowing)
+    ec2, elbv2 = aws
+    parsed = parse_policy("")
+    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
+    assert isinstance(live.result, Plan)
+    # Then no note calls a group missing: the owned and target groups read are all found
+    assert world.groups["orphan"] in live.groups and world.groups["nodes_a"] in live.groups
+    assert [n for n in live.notes if "does not exist" in n or "not found" in n] == []
+
+
+def test_an_owned_group_deleted_mid_read_is_noted_once_as_in_scope(
+    aws: tuple[Any, Any], world: World
+) -> None:
+    # Given the group that holds only a stale owned rule (no target's, no static rule's) goes
+    # away just after its rules were read
+    ec2, elbv2 = aws
+    doomed = world.groups["orphan"]
+    deleter = boto3.client("ec2", region_name=REGION)
+    armed = []
+
+    def arm(params: dict[str, Any], **_: Any) -> None:
+        if any(f["Name"] == "group-id" for f in params.get("Filters", [])):
+            armed.append(True)
+
+    def delete_after_its_rules_were_read(**_: Any) -> None:
+        if armed and armed.pop():
+            deleter.delete_security_group(GroupId=doomed)
+
+    ec2.meta.events.register("before-parameter-build.ec2.DescribeSecurityGroupRules", arm)
+    ec2.meta.events.register(
+        "after-call.ec2.DescribeSecurityGroupRules", delete_after_its_rules_were_read
+    )
+    parsed = parse_policy("")
+    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
+
+    # Then no step touches it, and one note names it, as a group in scope the read missed
+    assert isinstance(live.result, Plan)
+    assert all(step.group_id != doomed for step in live.result.steps)
+    assert [n for n in live.notes if doomed in n] == [
+        f"{doomed} (in scope) does not exist (deleted?): left out of the plan"
+    ]
+
+
 def test_a_missing_named_group_is_dropped(aws: tuple[Any, Any], world: World) -> None:
     ec2, elbv2 = aws
     named = f"[{world.groups['nodes_b']}, sg-0000000000000dead]"
