@@ -252,3 +252,15 @@ def test_adopt_json_gives_the_traffic_at_stake_as_rules_a_script_reads() -> None
         assert Traffic.of(rule_from_dict(d) for d in doc[name]) == traffic, name
     ready = hand_over(plan, current, desired, [THEIRS], {"sg-nodes": frozenset()})
     assert handover_to_dict(ready)["cut"] == []
+
+
+def test_adopt_json_lists_no_unlisted_traffic_when_every_description_is_carried() -> None:
+    # Given a target reached on 10250 only through a hand-made rule (no description listed,
+    # no owner), and every listed description carried by a rule: nothing misnamed, no doubt
+    desired, current, plan, ports = not_adopting()
+    kubelet = existing("sgr-8", 10250, 10250, description="kubelet, by hand")
+    reached = {"sg-nodes": frozenset({*ports["sg-nodes"], ("tcp", 10250)})}
+    state = hand_over(plan, [*current, kubelet], desired, [THEIRS], reached)
+    assert state.unlisted_only.allows("sg-nodes", BACKEND, 6, 10250) and not state.doubtful
+    # Then the JSON lists none of it: a script reads unlisted_only only as a doubt
+    assert handover_to_dict(state)["unlisted_only"] == []

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sg_reconciler.core.rules import Peer, Rule, RuleKey, rule_from_dict, rule_to_dict
 from sg_reconciler.core.traffic import Cells, Traffic, overlapping, source_stake, stake
+from sg_reconciler_tools.render import traffic_to_list
 from unit.core.sg_judge import Probe, allows, probes
 from unit.core.sg_sources import FlowMasks
 
@@ -263,6 +264,32 @@ def test_rule_keys_split_what_no_single_rule_says() -> None:
     assert {"udp", "icmp", "icmpv6", "0", "255"} <= set(protocols)
     assert Traffic.of(keys) == rest
     assert [rule_from_dict(rule_to_dict(Rule(k))).key for k in keys] == keys
+
+
+def test_rule_keys_keep_a_prefix_list_peer_a_prefix_list() -> None:
+    # Given a rule from a prefix list and one from a group (each its own peer family)
+    plist, group = key(PrefixListId="pl-0abc"), key(ReferencedGroupInfo={"GroupId": "sg-0lb"})
+    traffic = t(plist, group)
+    # Then the rules read back name each peer as it was, a prefix list as PrefixListId
+    assert sorted(traffic.rule_keys()) == sorted([plist, group])
+    assert sorted(k.peer for k in traffic.rule_keys()) == [
+        Peer("group", "sg-0lb"),
+        Peer("prefix_list", "pl-0abc"),
+    ]
+    # and so does the JSON a script reads (adopt's traffic lists)
+    (doc,) = traffic_to_list(t(plist))
+    assert doc["PrefixListId"] == "pl-0abc" and "ReferencedGroupInfo" not in doc
+
+
+@pytest.mark.parametrize("protocol", ["icmp", "icmpv6"])
+def test_rule_keys_give_a_whole_icmp_type_back_as_one_rule(protocol: str) -> None:
+    # Given every code of one type (the type's cells end where the traffic ends)
+    unreachable = key(protocol, (3, -1))
+    # Then one rule says it, not one rule per code
+    assert t(unreachable).rule_keys() == [unreachable]
+    # and a type followed by others still comes back type by type
+    several = [key(protocol, (3, -1)), key(protocol, (4, -1))]
+    assert t(*several).rule_keys() == several
 
 
 @pytest.mark.parametrize("port", [0, 65535])
