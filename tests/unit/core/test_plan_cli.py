@@ -165,6 +165,40 @@ def test_a_prefix_list_size_no_rule_references_is_named_in_a_note(
     assert code == 0 and json.loads(out)["notes"] == []
 
 
+def test_the_json_notes_keep_the_plans_own_and_add_the_commands(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given a list of 3 entries in a quota of 4 (the rule is modified in place, which the plan
+    # notes) and a size given for a list no rule references (which the command notes)
+    current, desired = per_family_files(tmp_path, {"PrefixListId": "pl-0a1"})
+    sizes = ["--max-rules-per-group", "4", "--per-family", "--prefix-list-size", "pl-0a1=IPv4:3"]
+    typo = ["--prefix-list-size", "pl-0b2=IPv4:3"]
+    code, out, err = run(capsys, current, desired, *sizes, *typo, "--output", "json")
+    doc = json.loads(out)
+    assert (code, err) == (0, "") and [s["action"] for s in doc["steps"]] == ["modify"]
+    # Then both are in the JSON, the plan's first: the command's note adds to the plan's
+    (modified, typed) = doc["notes"]
+    assert modified.startswith(f"{NODES}: no quota headroom, so rule sgr-80 is modified")
+    assert typed.startswith("--prefix-list-size names pl-0b2, which no rule in")
+
+
+def test_a_refusals_json_keeps_the_commands_note(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given a list of 5 entries, more than the quota of 4 holds (refused), and a typo'd size
+    current, desired = per_family_files(tmp_path, {"PrefixListId": "pl-0a1"})
+    sizes = ["--max-rules-per-group", "4", "--per-family", "--prefix-list-size", "pl-0a1=IPv4:5"]
+    typo = ["--prefix-list-size", "pl-0b2=IPv4:3"]
+    code, out, err = run(capsys, current, desired, *sizes, *typo, "--output", "json")
+    doc = json.loads(out)
+    assert (code, err) == (EXIT_REFUSED, "") and doc["feasible"] is False
+    # Then the refusal's JSON carries the note, as a plan's does
+    assert doc["notes"] == [
+        f"--prefix-list-size names pl-0b2, which no rule in {current} or {desired} "
+        "references (a typo?): its size counts for nothing"
+    ]
+
+
 @pytest.mark.parametrize(
     ("extra", "names"),
     [
