@@ -178,23 +178,31 @@ def test_the_command_line_names_what_it_refuses(
     )
 
 
-def fake_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+def fake_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> Path:
     """`python -m pip` as a script: release-template runs pip with its own interpreter, so the
-    interpreter is what the test replaces."""
-    script = tmp_path / "python"
+    interpreter is what the test replaces. Returns the file it writes its arguments to, one a
+    line."""
+    script, arguments = tmp_path / "python", tmp_path / "pip-arguments"
     script.write_text(
         "#!/bin/sh\n"
-        '[ "$1 $2 $3" = "-m pip install" ] || { echo "not pip install: $*" >&2; exit 99; }\n' + body
+        '[ "$1 $2 $3" = "-m pip install" ] || { echo "not pip install: $*" >&2; exit 99; }\n'
+        f'printf "%s\\n" "$@" > "{arguments}"\n' + body
     )
     script.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(script))
+    return arguments
+
+
+def never_prompted(arguments: Path) -> bool:
+    """pip was told never to prompt: its output is held back, so a prompt is a silent wait."""
+    return "--no-input" in arguments.read_text().splitlines()
 
 
 def test_pip_says_nothing_to_the_user_when_it_installs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # Given a pip whose configuration names a location that is gone: it warns even when quiet
-    fake_pip(
+    arguments = fake_pip(
         tmp_path,
         monkeypatch,
         "echo \"WARNING: Location 'file:///gone/simple/' is ignored: it is neither a file nor "
@@ -210,13 +218,14 @@ def test_pip_says_nothing_to_the_user_when_it_installs(
     assert err == "building the layers and the functions' code (a minute or less)...\n"
     assert "WARNING" not in out and "Collecting" not in out
     assert out.startswith(f"wrote {tmp_path / 'out' / 'template.json'} (no Transform)")
+    assert never_prompted(arguments)
 
 
 def test_a_failing_pip_is_one_error_with_its_last_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # Given a pip that cannot find a package, after a long output
-    fake_pip(
+    arguments = fake_pip(
         tmp_path,
         monkeypatch,
         'i=1; while [ $i -le 30 ]; do echo "pip line $i"; i=$((i+1)); done\n'
@@ -237,6 +246,50 @@ def test_a_failing_pip_is_one_error_with_its_last_lines(
     assert message.endswith(
         "pip line 30\nERROR: No matching distribution found for aws-lambda-powertools\n"
     )
+    assert never_prompted(arguments)
+
+
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [
+        ('echo "ERROR: one line"\nexit 1\n', "(exit 1); its output:\nERROR: one line\n"),
+        ("exit 3\n", "(exit 3); its output:\n(none)\n"),
+    ],
+    ids=["a few lines", "no output"],
+)
+def test_a_failing_pip_with_little_output_shows_all_of_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    body: str,
+    shown: str,
+) -> None:
+    # Given a pip that fails having printed fewer lines than the error shows, or none
+    fake_pip(tmp_path, monkeypatch, body)
+    code = main(["release-template", "--bucket", "b", "--out", str(tmp_path / "out")])
+    # Then its whole output is shown, and no count of earlier lines (there are none)
+    out, err = capfd.readouterr()
+    assert code == 2 and out == ""
+    message = err.split("\n", 1)[1]
+    assert message.startswith("sg-reconciler: error: ") and message.endswith(shown)
+    assert "earlier line" not in message
+
+
+def test_a_pip_killed_by_a_signal_is_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Given a pip killed before it installs anything (its return code is negative: -9)
+    arguments = fake_pip(tmp_path, monkeypatch, "kill -9 $$\n")
+    # When a release is built
+    code = main(["release-template", "--bucket", "b", "--out", str(tmp_path / "out")])
+    # Then it is refused, as any failing pip is, not written without the layer's packages
+    out, err = capfd.readouterr()
+    assert code == 2 and out == "" and "Traceback" not in err
+    message = err.split("\n", 1)[1]
+    assert message.startswith("sg-reconciler: error: ")
+    assert "requirements.txt: pip could not install the layer's packages (exit -9)" in message
+    assert not (tmp_path / "out" / "template.json").exists()
+    assert never_prompted(arguments)
 
 
 @pytest.fixture
