@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from event_samples import (
     ACCOUNT_ID,
     REGION,
@@ -178,11 +179,29 @@ def test_a_damaged_sqs_record_is_ignored_under_its_message_id_or_position(
 
     message_id, parsed = sqs(record, 7)
 
+    assert isinstance(message_id, str)  # a batch item failure's id, whatever the record held
     if isinstance(parsed, Ignored) and parsed.reason.startswith("not an SQS record"):
         mid = record.get("messageId")
         assert message_id == (mid if isinstance(mid, str) else "7")
     else:  # what the model tolerates (an optional key, a value it accepts)
         assert message_id == record["messageId"]
+
+
+@pytest.mark.parametrize(
+    "message_id",
+    [7, 7.5, True, None, ["m-1"], {"id": "m-1"}],
+    ids=["int", "float", "bool", "null", "list", "object"],
+)
+def test_a_message_id_that_is_no_text_is_no_sqs_record(message_id: Any) -> None:
+    # Given a record whose body is a good event but whose messageId is not a string
+    record = load_event("sqs/RegisterTargets")["Records"][0]
+    record["messageId"] = message_id
+
+    returned, parsed = sqs(record, 4)
+
+    # Then it is ignored, under its position: a batch item failure's id is text
+    assert returned == "4"
+    assert parsed == Ignored(None, "not an SQS record: messageId: Input should be a valid string")
 
 
 @given(json_values)

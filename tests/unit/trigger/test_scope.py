@@ -303,10 +303,6 @@ DROPPED: dict[str, tuple[dict[str, Any], str]] = {
         _mutated("AuthorizeSecurityGroupIngress", lambda e: e["detail"].pop("userIdentity")),
         "malformed CloudTrail detail: userIdentity",
     ),
-    "missing envelope field": (
-        _mutated("AuthorizeSecurityGroupIngress", lambda e: e.pop("account")),
-        "malformed event: account",
-    ),
 }
 
 
@@ -318,6 +314,20 @@ def test_dropped_events_are_ignored_with_a_reason(case: str) -> None:
 
     assert result.event_id == event["id"]
     assert reason in result.reason
+
+
+@pytest.mark.parametrize("field", ["id", "source", "account", "region", "detail-type", "detail"])
+def test_an_event_missing_an_envelope_field_is_malformed(field: str) -> None:
+    # Given an event without one of the fields every EventBridge event has
+    event = sample("AuthorizeSecurityGroupIngress")
+    event_id = event["id"]
+    del event[field]
+
+    result = ignored(parse(event))
+
+    # Then it is ignored as malformed, naming the field (under its id when it has one)
+    assert result.reason == f"malformed event: {field}: Field required"
+    assert result.event_id == (None if field == "id" else event_id)
 
 
 @pytest.mark.parametrize(
