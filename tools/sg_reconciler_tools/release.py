@@ -118,9 +118,14 @@ def pip_install(requirements: Path, target: Path) -> None:
         shown = lines[-PIP_OUTPUT_TAIL_LINES:]
         if len(lines) > len(shown):
             shown.insert(0, f"(... {len(lines) - len(shown)} earlier line(s) of pip's output)")
+        ended = (
+            f"killed by signal {-done.returncode}"
+            if done.returncode < 0
+            else f"exit {done.returncode}"
+        )
         raise ReleaseError(
-            f"{requirements}: pip could not install the layer's packages (exit "
-            f"{done.returncode}); its output:\n" + "\n".join(shown or ["(none)"])
+            f"{requirements}: pip could not install the layer's packages ({ended}); "
+            "its output:\n" + "\n".join(shown or ["(none)"])
         )
 
 

@@ -287,7 +287,10 @@ def test_a_pip_killed_by_a_signal_is_a_failure(
     assert code == 2 and out == "" and "Traceback" not in err
     message = err.split("\n", 1)[1]
     assert message.startswith("sg-reconciler: error: ")
-    assert "requirements.txt: pip could not install the layer's packages (exit -9)" in message
+    assert (
+        "requirements.txt: pip could not install the layer's packages (killed by signal 9)"
+        in message
+    )
     assert not (tmp_path / "out" / "template.json").exists()
     assert never_prompted(arguments)
 
