@@ -69,11 +69,8 @@ def test_reads_managed_load_balancers_targets_and_groups(
     assert not any(r.group_id == g["other_lb"] for r in inventory.rules)  # not a host
 
 
-def test_a_group_deleted_mid_read_is_dropped_not_a_crash(
-    aws: tuple[Any, Any], world: World
-) -> None:
-    ec2, elbv2 = aws
-    doomed = world.groups["nodes_b"]
+def delete_after_its_rules_are_read(ec2: Any, group_id: str) -> None:
+    """Delete `group_id` just after the next read of rules by group id (a race with the read)."""
     deleter = boto3.client("ec2", region_name=REGION)
     armed = []
 
@@ -81,15 +78,20 @@ def test_a_group_deleted_mid_read_is_dropped_not_a_crash(
         if any(f["Name"] == "group-id" for f in params.get("Filters", [])):
             armed.append(True)
 
-    def delete_after_its_rules_were_read(**_: Any) -> None:
-        # Given the group's rules were just read, the group goes away.
+    def delete(**_: Any) -> None:
         if armed and armed.pop():
-            deleter.delete_security_group(GroupId=doomed)
+            deleter.delete_security_group(GroupId=group_id)
 
     ec2.meta.events.register("before-parameter-build.ec2.DescribeSecurityGroupRules", arm)
-    ec2.meta.events.register(
-        "after-call.ec2.DescribeSecurityGroupRules", delete_after_its_rules_were_read
-    )
+    ec2.meta.events.register("after-call.ec2.DescribeSecurityGroupRules", delete)
+
+
+def test_a_group_deleted_mid_read_is_dropped_not_a_crash(
+    aws: tuple[Any, Any], world: World
+) -> None:
+    ec2, elbv2 = aws
+    doomed = world.groups["nodes_b"]
+    delete_after_its_rules_are_read(ec2, doomed)
     parsed = parse_policy("")
     live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
     assert isinstance(live.result, Plan)
@@ -123,21 +125,7 @@ def test_an_owned_group_deleted_mid_read_is_noted_once_as_in_scope(
     # away just after its rules were read
     ec2, elbv2 = aws
     doomed = world.groups["orphan"]
-    deleter = boto3.client("ec2", region_name=REGION)
-    armed = []
-
-    def arm(params: dict[str, Any], **_: Any) -> None:
-        if any(f["Name"] == "group-id" for f in params.get("Filters", [])):
-            armed.append(True)
-
-    def delete_after_its_rules_were_read(**_: Any) -> None:
-        if armed and armed.pop():
-            deleter.delete_security_group(GroupId=doomed)
-
-    ec2.meta.events.register("before-parameter-build.ec2.DescribeSecurityGroupRules", arm)
-    ec2.meta.events.register(
-        "after-call.ec2.DescribeSecurityGroupRules", delete_after_its_rules_were_read
-    )
+    delete_after_its_rules_are_read(ec2, doomed)
     parsed = parse_policy("")
     live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
 
