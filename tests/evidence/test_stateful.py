@@ -112,8 +112,16 @@ class WorldChanges(RuleBasedStateMachine):
         docs = ec2.describe_security_group_rules(Filters=[{"Name": "group-id", "Values": [group]}])
         return [r for r in docs["SecurityGroupRules"] if not r["IsEgress"]]
 
-    @initialize()
-    def start_converged(self) -> None:
+    @initialize(pick=PICK, fault=FAULT)
+    def start_converged(self, pick: int, fault: Fault) -> None:
+        """From the converged world, a person revokes an owned rule first: a drift the next
+        scheduled run sees whatever its index knows, so every example applies a plan (under
+        a fault) at least once. The other changes send no event; a run may well not see them
+        yet, and a whole example of them could apply nothing."""
+        self.converge_from_the_base_policy()
+        self.person_revokes_an_owned_rule(pick, fault)
+
+    def converge_from_the_base_policy(self) -> None:
         set_policy(self.world, self.base_policy)
         expire_locks(self.runtime)
         # Each example is its own day on the shared world: the brake (its window a day) would
