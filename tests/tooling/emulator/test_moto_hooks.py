@@ -1130,10 +1130,15 @@ def test_eventbridge_delivers_the_account_to_an_sqs_target(mocked: Mocked) -> No
         assert deliver()["account"] == "123456789012"
 
 
-def second_write_reaches_moto_while_the_first_is_inside(mocked: Mocked) -> bool:
-    """Two PutItem calls on one item from two threads; the first is held inside moto's part
-    of the call (an interceptor inside the atomic layer). True when the second reached
-    moto meanwhile, so both conditional writes could find the lock free."""
+def second_write_reaches_moto_while_the_first_is_inside(
+    mocked: Mocked, monkeypatch: pytest.MonkeyPatch, *, hooked: bool
+) -> bool:
+    """Two PutItem calls on one item from two threads, the first held inside moto's backend
+    (`moto.dynamodb.models.DynamoDBBackend.put_item`) between reading and writing the item.
+    True when the second entered the backend meanwhile: both conditional writes could then
+    find the lock free."""
+    from moto.dynamodb.models import DynamoDBBackend
+
     mocked.dynamodb.create_table(
         TableName="locks",
         KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
@@ -1141,14 +1146,15 @@ def second_write_reaches_moto_while_the_first_is_inside(mocked: Mocked) -> bool:
         BillingMode="PAY_PER_REQUEST",
     )
     inside, release, second_inside = threading.Event(), threading.Event(), threading.Event()
+    put_item = DynamoDBBackend.put_item
 
-    def hold_the_first(service: str, operation: str, proceed: Callable[[], Any]) -> Any:
+    def held_put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
         if inside.is_set():
             second_inside.set()
         else:
             inside.set()
-            release.wait(5)
-        return proceed()
+            release.wait(10)
+        return put_item(self, *args, **kwargs)
 
     def put(owner: str) -> None:
         with contextlib.suppress(ClientError):
@@ -1158,31 +1164,36 @@ def second_write_reaches_moto_while_the_first_is_inside(mocked: Mocked) -> bool:
                 ConditionExpression="attribute_not_exists(id)",
             )
 
-    with moto_hooks.intercept_api_call(
-        "dynamodb", "PutItem", hold_the_first, layer=moto_hooks.ATOMIC_LAYER - 1
-    ):
-        first = threading.Thread(target=put, args=("first",))
+    monkeypatch.setattr(DynamoDBBackend, "put_item", held_put_item)
+    first, second = (threading.Thread(target=put, args=(o,)) for o in ("first", "second"))
+    try:
         first.start()
-        assert inside.wait(5)
-        second = threading.Thread(target=put, args=("second",))
+        assert inside.wait(10), "the first PutItem never reached moto's backend"
         second.start()
-        reached = second_inside.wait(0.5)
+        # Without the hook the second arrives at once (waited for up to 10 s on a busy
+        # machine); with it, it cannot before the release: half a second shows it waits.
+        reached = second_inside.wait(0.5 if hooked else 10)
+    finally:
         release.set()
-        first.join(5)
-        second.join(5)
+        first.join(10)
+        second.join(10)
+        monkeypatch.setattr(DynamoDBBackend, "put_item", put_item)
+    assert second_inside.is_set(), "the second PutItem never reached moto's backend"
     mocked.dynamodb.delete_table(TableName="locks")
     return reached
 
 
-def test_a_conditional_write_is_checked_and_applied_as_one_step(mocked: Mocked) -> None:
-    assert second_write_reaches_moto_while_the_first_is_inside(mocked), (
-        "moto serializes writes now: drop patch_atomic_writes"
-    )
+def test_a_conditional_write_is_checked_and_applied_as_one_step(
+    mocked: Mocked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone = second_write_reaches_moto_while_the_first_is_inside(mocked, monkeypatch, hooked=False)
+    assert alone, "moto serializes writes now: drop patch_atomic_writes"
     with moto_hooks.patch_atomic_writes():
-        assert not second_write_reaches_moto_while_the_first_is_inside(mocked), (
-            "patch_atomic_writes let a second PutItem into moto beside the first"
-        )
-    assert second_write_reaches_moto_while_the_first_is_inside(mocked), "undone: moto alone"
+        assert not second_write_reaches_moto_while_the_first_is_inside(
+            mocked, monkeypatch, hooked=True
+        ), "patch_atomic_writes let a second PutItem into moto beside the first"
+    undone = second_write_reaches_moto_while_the_first_is_inside(mocked, monkeypatch, hooked=False)
+    assert undone, "undone: moto alone again"
 
 
 def target_groups(mocked: Mocked, count: int) -> Any:
