@@ -141,6 +141,9 @@ PARAMETER = {"Type": "AWS::SSM::Parameter", "Properties": {"Type": "String", "Va
 
 
 def test_moto_alone_cannot_create_an_unnamed_ssm_parameter(cloud: Cloud) -> None:
+    """moto's CloudFormation cannot create an SSM parameter without a Name; when it can,
+    `name_ssm_parameters` can go.
+    """
     with pytest.raises(AttributeError):
         cloud.create({"Policy": PARAMETER})
 
@@ -158,6 +161,10 @@ def test_unnamed_ssm_parameters_get_the_stack_and_logical_id(cloud: Cloud) -> No
 def test_moto_alone_creates_a_stacks_state_machine_where_the_api_cannot_see_it(
     cloud: Cloud,
 ) -> None:
+    """moto's CloudFormation creates a state machine where the Step Functions API does
+    not look; when the API finds it, `create_state_machines_in_the_executing_backend`
+    can go.
+    """
     stack = cloud.create({"Machine": machine({"DefinitionString": json.dumps(PASS)})})
     assert stack["StackStatus"] == "CREATE_COMPLETE"
     assert cloud.sfn.list_state_machines()["stateMachines"] == []
@@ -194,6 +201,9 @@ SUCCEED = {"StartAt": "S", "States": {"S": {"Type": "Succeed"}}}
 def test_moto_alone_cannot_update_a_stacks_state_machine_where_executions_run(
     cloud: Cloud,
 ) -> None:
+    """moto's stack update looks for the state machine where executions do not run; when
+    it updates that one, `update_state_machines_in_the_executing_backend` can go.
+    """
     with cfn_workarounds.create_state_machines_in_the_executing_backend():
         cloud.create({"Machine": machine({"DefinitionString": json.dumps(PASS)})})
         with pytest.raises(Exception, match="StateMachineDoesNotExist"):
@@ -241,6 +251,10 @@ def layer_and_function(cloud: Cloud, memory: int) -> dict[str, Any]:
 
 
 def test_moto_alone_cannot_update_a_function_that_names_a_stack_layer(cloud: Cloud) -> None:
+    """moto resolves a Ref to a layer version to its model object, and a stack update of
+    a function naming it fails; when the Ref is the ARN, `ref_layer_versions_as_arns`
+    can go.
+    """
     cloud.create(layer_and_function(cloud, 128))
     with pytest.raises(Exception, match="has no attribute 'replace'"):
         cloud.update(layer_and_function(cloud, 256))
@@ -259,6 +273,9 @@ def test_a_ref_to_a_layer_version_is_its_arn(cloud: Cloud) -> None:
 
 
 def test_moto_alone_ignores_a_definition_s3_location(cloud: Cloud) -> None:
+    """moto ignores a state machine's DefinitionS3Location; when it reads it,
+    `inline_state_machine_definitions` can go.
+    """
     cloud.s3.create_bucket(Bucket="defs", CreateBucketConfiguration={"LocationConstraint": REGION})
     cloud.s3.put_object(Bucket="defs", Key="m.asl.json", Body=json.dumps(PASS).encode())
     location = {"DefinitionS3Location": {"Bucket": "defs", "Key": "m.asl.json"}}
@@ -294,6 +311,9 @@ SUBSTITUTED = {
 
 
 def test_moto_alone_ignores_definition_substitutions(cloud: Cloud) -> None:
+    """moto ignores DefinitionSubstitutions; when it applies them,
+    `substitute_state_machine_definitions` can go.
+    """
     with cfn_workarounds.create_state_machines_in_the_executing_backend():
         cloud.create(json.loads(json.dumps(SUBSTITUTED)))
         described = cloud.sfn.describe_state_machine(stateMachineArn=cloud.physical_id("Machine"))
@@ -357,6 +377,9 @@ def queue_and_mapping(function_arn: str) -> dict[str, Any]:
 
 
 def test_moto_alone_hands_each_message_to_the_mapped_function_at_once(cloud: Cloud) -> None:
+    """moto hands each message to an enabled mapping's function as it is sent; when it
+    polls in batches, `disable_sqs_event_source_mappings` can go.
+    """
     cloud.create(queue_and_mapping(cloud.function("planner")))
     queue = cloud.physical_id("Queue")
     for body in ("one", "two"):
@@ -390,6 +413,9 @@ def test_sqs_mappings_are_created_disabled_so_the_queue_keeps_its_messages(cloud
 def test_moto_alone_keeps_a_number_parameter_as_a_number_in_the_environment(
     cloud: Cloud,
 ) -> None:
+    """moto keeps a Number parameter a number in a function's environment; when it
+    passes text, `environment_strings` can go.
+    """
     function = {
         "Type": "AWS::Lambda::Function",
         "Properties": {
@@ -438,6 +464,9 @@ def rules(function_arn: str) -> dict[str, Any]:
 
 
 def test_moto_alone_cannot_deliver_to_a_rules_lambda_target(cloud: Cloud) -> None:
+    """moto's EventBridge cannot deliver to a Lambda target; when it can,
+    `lambda_rule_targets` can go.
+    """
     cloud.create(
         rules(cloud.function("janitor")), Parameters={"N": {"Type": "String", "Default": "1"}}
     )
@@ -504,6 +533,9 @@ def received(cloud: Cloud, queue: str) -> list[str]:
 
 
 def test_moto_alone_offers_every_event_to_schedule_and_disabled_rules(cloud: Cloud) -> None:
+    """moto offers every event to schedule rules and disabled rules; when it matches as
+    EventBridge does, `match_events_as_eventbridge` can go.
+    """
     cloud.create({**pattern_rules(), "Schedule": schedule_rule(cloud.function("planner"))})
     with pytest.raises(NotImplementedError):  # the schedule rule took it, for its function
         cloud.events.put_events(Entries=[EVENT])
@@ -539,6 +571,9 @@ TABLE = {
 
 
 def test_moto_alone_creates_a_table_without_its_time_to_live(cloud: Cloud) -> None:
+    """moto's CloudFormation creates a table without its TimeToLiveSpecification; when
+    it applies it, `apply_table_time_to_live` can go.
+    """
     cloud.create({"Table": TABLE})
     ttl = cloud.dynamodb.describe_time_to_live(TableName=cloud.physical_id("Table"))
     assert ttl["TimeToLiveDescription"] == {"TimeToLiveStatus": "DISABLED"}
@@ -583,6 +618,9 @@ def role_policy(cloud: Cloud) -> Any:
 
 
 def test_moto_alone_answers_a_stacks_role_policy_with_a_python_repr(cloud: Cloud) -> None:
+    """moto answers a stack role's inline policy with a Python repr; when it answers
+    JSON, `serialize_role_policy_documents` can go.
+    """
     cloud.create(role_with_policy())
     document = role_policy(cloud)
     assert isinstance(document, str) and document.startswith("{'Version'")
@@ -607,6 +645,9 @@ def test_role_policies_are_stored_as_json_with_intrinsics_resolved(cloud: Cloud)
 def test_moto_alone_parses_a_json_template_with_the_pure_python_yaml_loader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """moto parses a JSON template with the pure-Python YAML loader (0.4 s for ours);
+    when it reads JSON as JSON, `parse_json_templates_as_json` can go.
+    """
     from moto.cloudformation import models
 
     loaders: list[Any] = []
@@ -632,12 +673,15 @@ def test_moto_alone_parses_a_json_template_with_the_pure_python_yaml_loader(
 
 
 def test_moto_skips_resources_it_has_no_model_for_and_says_so(cloud: Cloud) -> None:
+    """moto warns for each resource type it skips, on every DescribeStackResources; when
+    it is quiet, `quiet_unsupported_resources` can go.
+    """
     policy = {
         "Type": "AWS::SQS::QueuePolicy",
         "Properties": {"Queues": [{"Ref": "Q"}], "PolicyDocument": {"Statement": []}},
     }
     body = json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue"}, "Policy": policy}})
-    with warnings.catch_warnings(record=True) as loud:  # moto alone warns
+    with warnings.catch_warnings(record=True) as loud:
         warnings.simplefilter("always")
         cloud.cloudformation.create_stack(StackName="loud", TemplateBody=body)
     with warnings.catch_warnings(record=True) as quiet:

@@ -1,11 +1,15 @@
 """Every change the emulator makes to moto is registered with the test that shows moto alone.
 
-A hook (a `moto_hooks` function returning a `Patch`, or any workaround of `cfn_workarounds`)
-stays only while moto lacks what it adds. Its docstring says which kind it is: a fact of AWS
-(`AWS:` and the page it follows) or tooling with no public switch (`Tooling:` and why: no
-real sleeping, speed only, the runtime playing a poller). Its register entry names the test
-that shows what moto does alone, so an upgrade that closes the gap fails there and the hook
-can go. A new hook fails here until it has both.
+A hook is a function of `moto_hooks` or `cfn_workarounds` that changes what moto does (no
+other module of `sg_reconciler_tools.local` imports moto: `test_only_the_hook_modules_import_moto`).
+It stays only while moto lacks what it adds. Its docstring says which kind it is: a fact of
+AWS (`AWS:` and the page it follows) or tooling with no public switch (`Tooling:` and why:
+no real sleeping, speed only, the runtime playing a poller). Its register entry names the
+test that shows what moto does alone, whose docstring or assertion message names the hook
+and says it can go (or to drop it) when that test fails, so a moto upgrade that closes the
+gap says which hook to remove. Every public function of the two modules is either
+registered or named in `NOT_HOOKS` with what it is instead: a new one fails here until
+someone decides.
 """
 
 from __future__ import annotations
@@ -19,19 +23,36 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import sg_reconciler_tools.local
 from sg_reconciler_tools.local import cfn_workarounds, moto_hooks
 
-# Building blocks (they patch nothing themselves), groups of hooks registered one by one,
-# and the botocore `before-send` path that faults and observers take (no moto internal).
 NOT_HOOKS = frozenset(
     {
+        # building blocks of hooks, which patch nothing themselves
+        "require",
         "together",
         "replace",
         "add",
+        "_add_key",
+        # groups of hooks registered one by one
         "patch_ec2_fidelity",
         "patch_ec2_lookups",
+        # faults and observers: interceptors on botocore's before-send (no moto internal)
         "intercept_api_call",
+        "interceptors",
+        "current_request_params",
         "on_ec2_write",
+        # moto's public API and readers of its state, changing nothing
+        "new_mock",
+        "rule_units",
+        "eni_prefixes",
+        "matches_event_pattern",
+        "ec2_backend",
+        "security_group_rule_docs",
+        "cloudformation_stack",
+        "stack_attribute",
+        "stack_condition",
+        # applies the registered template workarounds in order
         "prepare",
     }
 )
@@ -39,6 +60,7 @@ NOT_HOOKS = frozenset(
 HOOKS = Path(__file__).with_name("test_moto_hooks.py")
 WORKAROUNDS = Path(__file__).with_name("test_cfn_workarounds.py")
 REGISTER: dict[str, tuple[Path, str]] = {
+    "install_dispatcher": (HOOKS, "test_the_dispatcher_stands_where_motos_stubber_stood"),
     "patch_lambda_invoke": (HOOKS, "test_undoing_the_dispatch_restores_moto_echo"),
     "patch_wait_states": (HOOKS, "test_undoing_the_sleep_hooks_restores_the_real_ones"),
     "patch_retry_sleep": (HOOKS, "test_undoing_the_sleep_hooks_restores_the_real_ones"),
@@ -128,56 +150,74 @@ REGISTER: dict[str, tuple[Path, str]] = {
 }
 
 KIND = re.compile(r"^(AWS: https://docs\.aws\.amazon\.com/\S+|Tooling: \S.*)", re.MULTILINE)
+LOCAL = Path(sg_reconciler_tools.local.__file__).parent
 
 
-def public_functions(module: ModuleType) -> dict[str, Callable[..., Any]]:
+def functions(module: ModuleType) -> dict[str, Callable[..., Any]]:
     return {
         name: value
         for name, value in vars(module).items()
-        if inspect.isfunction(value) and value.__module__ == module.__name__ and name[0] != "_"
+        if inspect.isfunction(value) and value.__module__ == module.__name__
     }
 
 
 def hooks() -> dict[str, Callable[..., Any]]:
-    patches = {
+    """Public functions of the two hook modules, and any private one returning a Patch."""
+    found = {
         name: function
-        for name, function in public_functions(moto_hooks).items()
-        if "Patch" in str(inspect.signature(function).return_annotation)
+        for module in (moto_hooks, cfn_workarounds)
+        for name, function in functions(module).items()
+        if not name.startswith("_") or "Patch" in str(inspect.signature(function).return_annotation)
     }
-    found = {**patches, **public_functions(cfn_workarounds)}
     return {name: found[name] for name in sorted(found.keys() - NOT_HOOKS)}
 
 
 def test_every_hook_is_registered_and_nothing_else() -> None:
     found = hooks()
-    assert len(found) == 32, sorted(found)  # grows only with a new gap of moto
     assert sorted(REGISTER) == sorted(found), (
-        f"not registered: {sorted(found.keys() - REGISTER.keys())}; "
-        f"no longer hooks: {sorted(REGISTER.keys() - found.keys())}"
+        f"neither registered nor in NOT_HOOKS: {sorted(found.keys() - REGISTER.keys())}; "
+        f"registered but gone: {sorted(REGISTER.keys() - found.keys())}"
     )
+
+
+def test_only_the_hook_modules_import_moto() -> None:
+    for path in sorted(LOCAL.glob("*.py")):
+        if path.stem in {"moto_hooks", "cfn_workarounds"}:
+            continue
+        imported = {
+            alias.name if isinstance(node, ast.Import) else str(node.module)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        }
+        assert not any(name.split(".")[0] == "moto" for name in imported), (
+            f"{path.name} imports moto: a hook belongs in moto_hooks, with its register entry"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(REGISTER))
 def test_each_hook_names_the_aws_page_it_follows_or_why_it_is_tooling(name: str) -> None:
-    hook = hooks()[name]
-    doc = inspect.getdoc(hook) or ""
+    doc = inspect.getdoc(hooks()[name]) or ""
     assert KIND.search(doc), f"{name}: no 'AWS: <docs page>' or 'Tooling: <why>' paragraph"
     assert "moto" in doc, f"{name}: its docstring should say what moto does alone"
 
 
 @pytest.mark.parametrize("name", sorted(REGISTER))
-def test_each_hook_has_a_test_that_shows_moto_alone(name: str) -> None:
+def test_each_hook_has_a_test_that_shows_moto_alone_and_names_it(name: str) -> None:
     path, test_name = REGISTER[name]
-    source = path.read_text()
     tests = {
-        node.name: ast.get_source_segment(source, node) or ""
-        for node in ast.parse(source).body
+        node.name: node
+        for node in ast.parse(path.read_text()).body
         if isinstance(node, ast.FunctionDef)
     }
     assert test_name in tests, f"{name}: {path.name} has no {test_name}"
-    alone = tests[test_name]
-    # The test runs moto without the hook somewhere: a "moto alone" name or step, an
-    # assertion that tells to drop the hook, or the check that undoing it restores moto.
-    assert re.search(r"moto alone|moto_alone|drop|restores|moto's own", alone), (
-        f"{test_name} does not show what moto does without {name}"
+    test = tests[test_name]
+    # What the test says when it fails: its docstring and its assertion messages
+    said = [ast.get_docstring(test) or ""] + [
+        ast.unparse(node.msg)
+        for node in ast.walk(test)
+        if isinstance(node, ast.Assert) and node.msg is not None
+    ]
+    assert any(name in text and re.search(r"can go|drop", text) for text in said), (
+        f"{test_name} does not say that {name} can go when moto alone changes"
     )

@@ -175,6 +175,8 @@ def test_every_interceptable_operation_is_in_botocores_model(service: str, opera
 
 
 def test_the_dispatcher_stands_where_motos_stubber_stood() -> None:
+    """moto alone registers its stubber in botocore's handlers with nothing around it; when
+    moto runs handlers around its answers, `install_dispatcher` can go."""
     from botocore.handlers import BUILTIN_HANDLERS
     from moto.core.models import botocore_stubber
 
@@ -206,6 +208,9 @@ def test_dispatch_runs_our_code_for_a_name_and_an_arn(mocked: Mocked) -> None:
 
 
 def test_undoing_the_dispatch_restores_moto_echo(mocked: Mocked) -> None:
+    """moto alone answers Invoke with the payload it got (its Lambda needs Docker to run
+    code); when it runs our handlers, `patch_lambda_invoke` can go.
+    """
     mocked.function("echo")
     patch = moto_hooks.patch_lambda_invoke(lambda name, payload: LambdaResult(b'"ours"'))
     patch.undo()
@@ -333,6 +338,9 @@ def test_wait_states_and_retry_backoff_do_not_sleep(mocked: Mocked) -> None:
 
 
 def test_undoing_the_sleep_hooks_restores_the_real_ones() -> None:
+    """moto alone sleeps for a Wait state and for Retry backoff; when it has a switch,
+    `patch_wait_states` and `patch_retry_sleep` can go.
+    """
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 
@@ -364,6 +372,9 @@ def runtime_error_caught_by(error_equals: list[str]) -> dict[str, Any]:
 
 def test_states_all_does_not_catch_a_runtime_error_as_on_aws(mocked: Mocked) -> None:
     # Given moto alone: its States.ALL catches States.Runtime (AWS's does not)
+    """moto alone lets States.ALL catch States.Runtime; when it fails at the state as
+    AWS does, `patch_states_all_as_aws` can go.
+    """
     result = mocked.run(runtime_error_caught_by(["States.ALL"]))
     assert result["status"] == "SUCCEEDED", "moto now fails at the state: drop the hook?"
     # When the hook is on, the execution ends at the state, as on AWS, with no retry
@@ -405,7 +416,9 @@ def test_states_all_still_catches_a_task_error_under_the_hook(mocked: Mocked) ->
 
 
 def test_moto_alone_still_accepts_a_description_only_duplicate(mocked: Mocked) -> None:
-    """The gap the patch closes; when this fails, moto fixed it and the patch can go."""
+    """The gap `patch_duplicate_ignores_description` closes; when this fails, moto fixed
+    it and the patch can go.
+    """
     lb, node = mocked.group("lb"), mocked.group("node")
     mocked.ec2.authorize_security_group_ingress(
         GroupId=node, IpPermissions=[group_rule(lb, 80, "first")]
@@ -486,6 +499,9 @@ def test_a_group_rule_shows_its_description(mocked: Mocked) -> None:
 
 
 def test_a_multi_permission_authorize_returns_every_new_rule(mocked: Mocked) -> None:
+    """moto alone returns one rule for a multi-permission authorize; when it returns
+    every rule, `patch_authorize_returns_all_rules` can go.
+    """
     node = mocked.group("node")
     permissions = [cidr_rule("10.0.0.0/8", 80), cidr_rule("10.0.0.0/8", 443)]
     alone = mocked.ec2.authorize_security_group_ingress(GroupId=node, IpPermissions=permissions)
@@ -545,6 +561,9 @@ def ports(first: int, count: int, peer: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_moto_alone_counts_ipv4_and_ipv6_rules_together(mocked: Mocked) -> None:
+    """The gap `patch_rule_quota_as_aws` closes (moto counts both families in one quota
+    of 60); when this fails, the patch can go.
+    """
     node = mocked.group("node")
     mocked.ec2.authorize_security_group_ingress(
         GroupId=node, IpPermissions=ports(1, 40, {"IpRanges": [{"CidrIp": "10.0.0.0/8"}]})
@@ -666,7 +685,9 @@ V6 = "2600:1f14:abcd:1200:1234::/80"
 
 
 def test_moto_alone_neither_keeps_nor_filters_eni_prefixes(mocked: Mocked) -> None:
-    """The gap the patch closes; when this fails, moto models prefixes and the patch can go."""
+    """The gap `patch_eni_delegated_prefixes` closes; when this fails, moto models
+    prefixes and the patch can go.
+    """
     from moto.ec2.exceptions import FilterNotImplementedError
 
     instance, primary = launch(mocked, subnet(mocked))
@@ -1392,7 +1413,8 @@ def test_moto_alone_reads_every_tag_and_rule_of_the_region_for_one_group(
     """The gap the hooks close (time, not answers): reading one group's rules made moto scan
     the whole tag map once per rule printed, and match every rule of the region against the
     filter; with the hooks the cost is that group's. When the counts fall without the hooks,
-    moto indexes these lookups itself and the hooks can go."""
+    moto indexes these lookups itself and `patch_tag_lookup_by_resource` and
+    `patch_groups_by_id_filter` can go."""
     from moto.ec2.models.security_groups import SecurityGroup, SecurityGroupRule
     from moto.ec2.models.tags import TagBackend
 

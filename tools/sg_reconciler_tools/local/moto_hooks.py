@@ -5,7 +5,8 @@ botocore's public `before-send` event, around moto's stubber, for every client i
 process. What moto does not offer through its API is patched, one small function per gap,
 whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
 the AWS page it follows (`AWS: ...`), else why it is tooling (`Tooling: ...`); each
-returns a `Patch` that undoes it (`test_hook_register.py` checks both). The gaps:
+returns a `Patch` that undoes it (`test_hook_register.py` holds each to its line and to a
+test that shows moto alone). The gaps:
 running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
 public switch), EC2, Step Functions and EventBridge behaviour moto lacks, two speed-only
 lookups (answers unchanged) and reading a created stack's attributes.
@@ -1226,7 +1227,11 @@ def _error_response(service: str, url: str, error: AwsError) -> Any:
 def install_dispatcher() -> None:
     """Put `_dispatch` where moto put its stubber: in botocore's `BUILTIN_HANDLERS`, which
     every session made from now on registers, and in boto3's default session if it exists
-    (a client made before this keeps moto's stubber: import this module first)."""
+    (a client made before this keeps moto's stubber: import this module first).
+
+    Tooling: moto answers in botocore's `before-send` and offers no place around its answer
+    for faults and observers; `_dispatch` calls moto's stubber unchanged.
+    """
     import boto3
     from botocore.handlers import BUILTIN_HANDLERS
     from moto.core.models import botocore_stubber
