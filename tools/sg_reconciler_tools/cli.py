@@ -121,8 +121,12 @@ class _AppendEachKeyOnce(argparse._AppendAction):
         values: str | Sequence[object] | None,
         option_string: str | None = None,
     ) -> None:
-        if isinstance(values, tuple) and values[0] in dict(getattr(namespace, self.dest) or ()):
-            raise argparse.ArgumentError(self, f"{values[0]} given twice: give each once")
+        given = dict(getattr(namespace, self.dest) or ())
+        if isinstance(values, tuple) and values[0] in given:
+            key, first, then = values[0], given[values[0]], values[1]
+            raise argparse.ArgumentError(
+                self, f"{key} given twice ({first}, then {then}): give each once"
+            )
         super().__call__(parser, namespace, values, option_string)
 
 

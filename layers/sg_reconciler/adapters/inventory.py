@@ -582,7 +582,6 @@ class _Reader:
         for tg_model in target_groups:
             for target in tg_model.targets:
                 hosts.update(target.group_ids)
-        rule_hosts = hosts
         if locked is not None:  # the locked groups' rules, not the account's
             rule_hosts = set(locked.groups)
             hosts |= rule_hosts
@@ -593,6 +592,7 @@ class _Reader:
                 owned_peers = {g: p for g, p in owned_peers.items() if p & narrowed.peers}
             owned = set(owned_peers)
             hosts |= owned
+            rule_hosts = set(hosts)  # the targets' groups and the owned ones
         read_lbs = {arn for tg in raw_tgs for arn in tg.get("LoadBalancerArns", [])}
         peers = rule_sources(
             (lb for lb in lbs if narrowed is None or lb.arn in read_lbs),

@@ -27,6 +27,9 @@ class PrefixListSize:
     family: str  # "IPv4" or "IPv6", as DescribeManagedPrefixLists prints it
     max_entries: int
 
+    def __str__(self) -> str:
+        return f"{self.family}:{self.max_entries}"  # as --prefix-list-size takes it
+
 
 @dataclass(frozen=True)
 class Limits:

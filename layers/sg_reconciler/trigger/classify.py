@@ -115,7 +115,7 @@ def parse_sqs_record(
 ) -> tuple[str, Parsed]:
     """One record of an SQS batch and its body classified: (message id, what it is). A
     record that is not an SQS message with a text body (only a hand invoke sends one) is
-    ignored like any unreadable trigger, under its message id if it has one, else its
+    ignored like any unreadable trigger, under its message id if that is text, else its
     position."""
     if not isinstance(record, dict):  # `parse` would read a string as JSON text
         return str(index), _not_sqs(f"a {type(record).__name__}, not an object")

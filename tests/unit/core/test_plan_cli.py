@@ -517,7 +517,7 @@ def test_a_flag_repeated_by_design_takes_each_prefix_list_once(
     # When one list is given two sizes, neither silently wins
     code, out, err = run(capsys, *files, *sizes, "--prefix-list-size", "pl-0a1=IPv4:20")
     assert_one_line_error(code, out, err)
-    assert "argument --prefix-list-size: pl-0a1 given twice" in err
+    assert "argument --prefix-list-size: pl-0a1 given twice (IPv4:2, then IPv4:20)" in err
     assert err.rstrip().endswith("(see 'sg-reconciler plan --help')")
 
 
