@@ -1,5 +1,5 @@
 """Benchmark: the planner with the inventory index at an account's size, under AWS's read
-buckets (`AwsReadLimits`, on a model clock), issue 18's "Performance" section.
+buckets (`AwsReadLimits`, on a model clock), as docs/architecture.md, The inventory index, describes.
 
     .venv/bin/python -m benchmarks.bench_index [--target-groups 100] [--per-lb 4]
         [--reads-per-second 1]

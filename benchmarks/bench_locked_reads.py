@@ -1,7 +1,7 @@
 """Benchmark: the reads of a scheduled execution and of an event-driven one-target change,
 under AWS's read buckets (`AwsReadLimits`, on a model clock), in the AWS Load Balancer
 Controller's layout, on this tree's code and on the code before the reads under the locks
-were bounded by the plan's closure (issue 18, item 5).
+were bounded by the plan's closure (docs/architecture.md, Reads).
 
     .venv/bin/python -m benchmarks.bench_locked_reads [--target-groups 100] [--before REF]
 

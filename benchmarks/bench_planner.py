@@ -13,7 +13,7 @@ Scenarios: "room" (quota 120: every group gets one authorize and one revoke) and
 (the default quota of 60, which these groups are at: the planner searches an interleaved
 order, authorize what fits, revoke, repeat). Each is timed at N groups and at factor x N;
 the ratio shows how the cost scales (target: planning < 0.5 s at N = 500, ratio <= 12;
-parsing is timed apart). Issue 10's targets are ratios measured in one run: planning at the
+parsing is timed apart). The targets are ratios measured in one run: planning at the
 quota within 1.5x of planning with room (`full_over_room`, CPU, the two taken in turns), and loading both documents as
 the CLI does (`load_current`, `load_desired`: read, json.loads, parse) within 1.5x of their
 floor: json.loads of the same files and building the same rules unchecked, with the

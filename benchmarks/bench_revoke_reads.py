@@ -1,7 +1,7 @@
 """Benchmark: the ELBv2 describes under the locks of a revoke that takes traffic away (a
 Service deleted: its NodePort no longer used), under AWS's read buckets (`AwsReadLimits`, on
 a model clock), in the AWS Load Balancer Controller's layout, on this tree's code and on the
-code before the revoke's closure was chosen from the inventory index (issue 18, item 4).
+code before the revoke's closure was chosen from the inventory index (docs/architecture.md, Reads).
 
     .venv/bin/python -m benchmarks.bench_revoke_reads [--target-groups 1000] [--before REF]
 

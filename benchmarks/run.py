@@ -71,7 +71,7 @@ def planner_rows(figures: dict[str, Any]) -> list[Row]:
             command,
             f"{ratio['ratio']:.2f}x ({ratio['full_cpu_seconds']:.3f} s / "
             f"{ratio['room_cpu_seconds']:.3f} s)",
-            "issue 10: target <= 1.5x; before (63e268b): 3.72x (0.936 s / 0.252 s)",
+            "target <= 1.5x; before (63e268b): 3.72x (0.936 s / 0.252 s)",
         )
     )
     before = {500: "3.09x (1.232 s / 0.399 s)", 5000: "2.40x (14.354 s / 5.985 s)"}
@@ -84,7 +84,7 @@ def planner_rows(figures: dict[str, Any]) -> list[Row]:
                 command,
                 f"{parse['ratio']:.2f}x ({parse['parse_cpu_seconds']:.3f} s / "
                 f"{parse['floor_cpu_seconds']:.3f} s CPU)",
-                "issue 10: target <= 1.5x"
+                "target <= 1.5x"
                 + (
                     f"; before (63e268b): {before[parse['groups']]}"
                     if parse["groups"] in before
@@ -108,7 +108,7 @@ def desired_rows(curve: dict[float, dict[str, Any]]) -> list[Row]:
                 f"python -m benchmarks.bench_desired --scale {scale}",
                 f"{f['desired_and_plan_seconds']:.3f} s ({f['desired_and_plan_seconds'] / base:.1f}x the 1x time), "
                 f"peak {f['peak_traced_memory_mb']} MB",
-                "issue 3 world (last row): < 2 s and < 256 MB",
+                "goal at the largest world (last row): < 2 s and < 256 MB",
             )
         )
     full = curve[max(curve)]
@@ -117,7 +117,7 @@ def desired_rows(curve: dict[float, dict[str, Any]]) -> list[Row]:
     ours = calls["batched_total"] + calls["DescribeTargetHealth"]
     rows.append(
         (
-            "Describe calls per full reconcile (issue 3 world)",
+            "Describe calls per full reconcile (the largest world: 2000 LBs, 10000 TGs)",
             "python -m benchmarks.bench_desired",
             f"{ours} ({calls['batched_total']} batched and paginated + "
             f"{calls['DescribeTargetHealth']} DescribeTargetHealth, which has no batch form)",
@@ -306,8 +306,8 @@ def scale_rows(f: dict[str, Any]) -> list[Row]:
             f"(median; floor {paced[0]['floor']} s); throttled "
             f"{sum(r['throttled'] for r in paced)} of {sum(r['writes'] for r in paced)} writes",
             f"unpaced (WritesPerSecond 1000): {unpaced['status']}, throttled {unpaced['throttled']}, "
-            f"{unpaced['seconds'] / unpaced['floor']:.2f}x the floor; before (issue 10's "
-            "simulation of the old settings): rolled back in 97.5% of runs",
+            f"{unpaced['seconds'] / unpaced['floor']:.2f}x the floor; before (a simulation of "
+            "the old settings): rolled back in 97.5% of runs",
         )
     )
     calls = f["calls"]
@@ -325,7 +325,7 @@ def scale_rows(f: dict[str, Any]) -> list[Row]:
 
 
 # Measured with `python -m benchmarks.bench_rollback --groups 2000` on 299f3b1, the commit before
-# the rollback became a Map (issue 20, item 1): one invocation for every group.
+# the rollback became a Map : one invocation for every group.
 ROLLBACK_BEFORE = (
     "before (299f3b1, one invocation): 622.7 s in one invocation of a 120 s function (on AWS it "
     "times out: 'Stopped during rollback'), largest state 250190 bytes (Roll back the rules "
@@ -373,7 +373,7 @@ LOCKED_SIZES = (100, 500, 1000)
 
 
 def locked_rows(runs: list[dict[str, Any]]) -> list[Row]:
-    """Issue 18 item 5: the reads under the locks, before and after, under the read model."""
+    """The reads under the locks, before and after, under the read model."""
 
     def part(f: dict[str, Any]) -> str:
         return (
@@ -416,12 +416,12 @@ def locked_rows(runs: list[dict[str, Any]]) -> list[Row]:
 INDEX_SIZES = (100, 500, 1000, 3000)
 INDEX_LAYOUTS = (4, 1)  # target groups per NLB: the LBC's layout, a group per load balancer
 INDEX_PACES = (1.0, 10.0)  # ReadsPerSecond: the default, and the whole documented refill
-# Before the inventory index (main 5affa69, BENCHMARKS.md and issue 18): every execution read
+# Before the inventory index (main 5affa69, BENCHMARKS.md): every execution read
 # the account in the planner, at 3,000 target groups about 3,050 ELBv2 describes, and the
 # event's EC2 describes grew with the account (7 at 100, 9 at 1,000, 13 at 3,000).
 INDEX_BEFORE = {
     "scheduled": "before (5affa69): the planner read every target group (105 ELBv2 at 100, "
-    "1,016 at 1,000, about 3,050 at 3,000: 9,100 a scheduled execution before issue 18)",
+    "1,016 at 1,000, about 3,050 at 3,000: 9,100 a scheduled execution, the account read three times)",
     "event": "before (5affa69): 2 ELBv2 + 7 EC2 at 100, 9 at 1,000, 13 at 3,000 target groups "
     "(LBC layout); goal: at most 10 ELBv2 and 2 EC2 per changed group (the LBC: 1)",
     "fill": "before: no index (every execution read the account)",
@@ -429,7 +429,7 @@ INDEX_BEFORE = {
 
 
 def index_rows(runs: list[dict[str, Any]]) -> list[Row]:
-    """Issue 18's "Performance" rows: the planner with the inventory index at a size."""
+    """The planner with the inventory index at a size, under the read model."""
 
     def part(f: dict[str, Any], timeout: float | None = None) -> str:
         ops = ", ".join(f"{n} {k.split(' ', 1)[1]}" for k, n in f["by_operation"].items())

@@ -300,7 +300,7 @@ MOVES = [
     WorldMove("Wait (settle)", "desired grows", S, "Revokes left to the next run"),
     WorldMove("Wait (settle)", "wanted again", S, "Revokes left to the next run"),
     WorldMove("Planner (brake)", "selection emptied", "planner ok; no execution", ""),
-    # Issue 19: the run itself slowed or stopped. The revokes are throttled; while a step
+    # The run itself slowed or stopped. The revokes are throttled; while a step
     # backs off, an outside writer revokes our new rules (each retry is guarded again), or
     # an operator stops the execution (the janitor frees its locks at once, the late
     # attempt is fenced off: LockLost, no call); or the stop comes while the execution is

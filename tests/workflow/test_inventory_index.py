@@ -1,4 +1,4 @@
-"""The inventory index on the real ASL (issue 18 items 3 and 6): events dropped, delivered out
+"""The inventory index on the real ASL (docs/architecture.md, The inventory index): events dropped, delivered out
 of order or made by a service, the index emptied, and a verification that finds drift; in
 each, the invariant monitor sees no loss of traffic that both the old and the new rules
 allow, and the account converges. Also what an event-driven one-target change reads in the

@@ -1,5 +1,5 @@
 """Revokes under the locks guarded by fresh reads of exactly the target groups whose traffic
-they could remove, chosen from the inventory index (issue 18 item 4; docs/architecture.md,
+they could remove, chosen from the inventory index (docs/architecture.md,
 "Reads"), on the real ASL.
 
 The demo cluster is the AWS Load Balancer Controller's layout: every target group behind one

@@ -5,7 +5,8 @@ tests pin it to `event_pattern()` and to the planner's `OWN_ROLE_ARNS`, read fro
 stack the local runtime creates (SAM translated the template, moto's CloudFormation
 resolved every !GetAtt). If a function that makes the calls the rule listens for is added
 without its role in both places, its own writes would trigger new plans (invariant 8):
-the last test catches that, reading the functions' roles and their policies from IAM.
+`test_every_function_that_makes_trigger_calls_is_an_own_role` catches that, reading the
+functions' roles and their policies from IAM.
 """
 
 from __future__ import annotations

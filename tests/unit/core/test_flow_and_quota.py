@@ -151,7 +151,7 @@ def test_a_prefix_list_counts_as_its_max_entries_in_its_family() -> None:
     assert [v.invariant for v in violations] == ["5 quota"]
 
 
-# Issue 21, item 1: flow safety is judged on the traffic that remains, by concrete source.
+# Flow safety is judged on the traffic that remains, by concrete source.
 
 
 def test_a_rule_whose_traffic_a_staying_rule_admits_goes_first_even_before_another_peer() -> None:

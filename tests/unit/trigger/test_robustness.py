@@ -157,7 +157,7 @@ def sqs(record: Any, index: int = 0) -> tuple[str, Parsed]:
 
 
 @given(st.sampled_from([f"sqs/{n}" for n in EVENT_NAMES]))
-def test_an_sqs_record_is_read_with_the_powertools_model_and_its_body_classified(
+def test_an_sqs_record_is_read_with_its_envelope_model_and_its_body_classified(
     name: str,
 ) -> None:
     record = load_event(name)["Records"][0]
