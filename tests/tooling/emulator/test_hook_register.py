@@ -1,15 +1,15 @@
 """Every change the emulator makes to moto is registered with the test that shows moto alone.
 
 A hook is a function of `moto_hooks` or `cfn_workarounds` that changes what moto does (no
-other module of `sg_reconciler_tools.local` imports moto: `test_only_the_hook_modules_import_moto`).
-It stays only while moto lacks what it adds. Its docstring says which kind it is: a fact of
-AWS (`AWS:` and the page it follows) or tooling with no public switch (`Tooling:` and why:
-no real sleeping, speed only, the runtime playing a poller). Its register entry names the
-test that shows what moto does alone, whose docstring or assertion message names the hook
-and says it can go (or to drop it) when that test fails, so a moto upgrade that closes the
-gap says which hook to remove. Every public function of the two modules is either
-registered or named in `NOT_HOOKS` with what it is instead: a new one fails here until
-someone decides.
+other module of `sg_reconciler_tools.local` imports moto:
+`test_only_the_hook_modules_import_moto`). It stays only while moto lacks what it adds.
+Its docstring says which kind it is: a fact of AWS (`AWS:` and the page it follows) or
+tooling with no public switch (`Tooling:` and why: no real sleeping, speed only, the
+runtime playing a poller). Its register entry names the test that shows what moto does
+alone, whose docstring or assertion message names the hook and says it can go (or to drop
+it) when that test fails, so a moto upgrade that closes the gap says which hook to remove.
+Every public function of the two modules is either registered or named in `NOT_HOOKS`
+with what it is instead: a new one fails here until someone decides.
 """
 
 from __future__ import annotations
