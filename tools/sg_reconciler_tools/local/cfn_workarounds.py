@@ -434,7 +434,7 @@ def quiet_unsupported_resources() -> Iterator[None]:
     """Silence moto's warning for each resource type it skips (it repeats it on every
     DescribeStackResources); the runtime lists the skipped resources instead.
 
-    Tooling: the runtime lists the skipped resources (`LocalRuntime.skipped`).
+    Tooling: a warning silenced, no answer of moto's changed (`LocalRuntime.skipped`).
     """
     import logging
     import warnings

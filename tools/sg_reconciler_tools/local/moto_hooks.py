@@ -4,9 +4,10 @@ Faults and observation do not touch moto: `intercept_api_call` runs interceptors
 botocore's public `before-send` event, around moto's stubber, for every client in the
 process. What moto does not offer through its API is patched, one small function per gap,
 whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
-the AWS page it follows (`AWS: ...`), else why it is tooling (`Tooling: ...`); each
-returns a `Patch` that undoes it (`test_hook_register.py` holds each to its line and to a
-test that shows moto alone). The gaps:
+the AWS page it follows (`AWS: ...`), else why it is tooling (`Tooling: ...`); each but
+`install_dispatcher` (run once, at import) returns a `Patch` that undoes it
+(`test_hook_register.py` holds each to its line and to a test that shows moto alone). The
+gaps:
 running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
 public switch), EC2, Step Functions and EventBridge behaviour moto lacks, two speed-only
 lookups (answers unchanged) and reading a created stack's attributes.
