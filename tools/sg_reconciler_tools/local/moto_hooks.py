@@ -6,9 +6,8 @@ process. What moto does not offer through its API is patched, one small function
 whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
 the AWS page it follows (`AWS: ...`), else why it is tooling (`Tooling: ...`); each but
 `install_dispatcher` (run once, at import) returns a `Patch` that undoes it
-(`test_hook_register.py` holds each to its line and to a test that shows moto alone). The
-gaps:
-running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
+(`test_hook_register.py` holds each to its line and to a test that shows moto alone).
+The gaps: running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
 public switch), EC2, Step Functions and EventBridge behaviour moto lacks, two speed-only
 lookups (answers unchanged) and reading a created stack's attributes.
 `tests/tooling/emulator/test_moto_hooks.py` shows, for each, what moto does alone and that the patch
