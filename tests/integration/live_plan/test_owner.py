@@ -30,6 +30,7 @@ def test_a_quota_override_above_the_accounts_quota_is_refused() -> None:
     with pytest.raises(PolicyError, match="quota 100 is above the account's quota of 60"):
         policy.rule_quota(60)
     assert policy.rule_quota(200) == 100 and parse_policy("quota: 40").rule_quota(60) == 40
+    assert policy.rule_quota(100) == 100  # the account's own quota is not above it
     with pytest.raises(PolicyError, match="quota_headroom 60 leaves no room"):
         parse_policy("quota_headroom: 60").rule_quota(None)
 

@@ -10,8 +10,9 @@ import pytest
 from moto import mock_aws
 from pydantic import BaseModel
 from sg_reconciler.adapters.policy_store import load_policy_from_ssm
-from sg_reconciler.core.rules import DEFAULT_OWNER, Peer
+from sg_reconciler.core.rules import DEFAULT_OWNER, OWNER_TAG_KEY, Peer, Rule, rule_from_dict
 from sg_reconciler.policy import (
+    LBC_SHARED_DESCRIPTION,
     Binding,
     PolicyDocument,
     PolicyError,
@@ -96,6 +97,7 @@ def test_json_is_accepted() -> None:
         ),
         ("destination: {kind: named_groups}", "destination"),
         ("destination: {kind: tagged_groups}", "destination"),
+        ("destination: {tag_value: x}", "tag_key and tag_value are only allowed"),
         ("destination: {kind: somewhere}", "destination.kind"),
         ("load_balancers: {tags: [a, b]}", "load_balancers.tags"),
         (
@@ -117,7 +119,13 @@ def test_json_is_accepted() -> None:
             "static_rules: [{group_id: nope, from_port: 1, to_port: 2, cidr_ipv4: 10.0.0.0/8}]",
             "static_rules.0.group_id",
         ),
+        (
+            "static_rules: [{group_id: sg-0123456789abcdef0, from_port: 1, to_port: 2,"
+            " cidr_ipv6: '2001:db8::/129'}]",
+            "static_rules.0",
+        ),
         ("quota: 10\nquota_headroom: 10", "quota_headroom"),
+        (f"adopt_descriptions: [{', '.join(f'd{i}' for i in range(11))}]", "adopt_descriptions"),
         # strict: no coercion from strings or booleans
         ('rule_budget: "3"', "rule_budget: Input should be a valid integer"),
         ("rule_budget: true", "rule_budget: Input should be a valid integer"),
@@ -161,6 +169,8 @@ def test_repeated_static_rule_with_two_descriptions_is_refused() -> None:
     rule = "{group_id: sg-0123456789abcdef0, from_port: 1, to_port: 2, cidr_ipv4: 10.0.0.0/8"
     message = error_of(f"static_rules: [{rule}, description: a}}, {rule}, description: b}}]")
     assert "static_rules.1" in message
+    # the same rule twice with one description is one desired rule, not a conflict
+    assert len(parse_policy(f"static_rules: [{rule}}}, {rule}}}]").static_rules) == 2
 
 
 def test_malformed_and_non_mapping_documents() -> None:
@@ -230,3 +240,60 @@ def test_the_bindings_example_is_a_valid_policy() -> None:
     names = [b.name for b in policy.desired_settings().bindings]
     assert names == ["prod", "staging", "edge"]
     assert policy.desired_settings().bindings[2].client_cidrs == ("203.0.113.0/24", "2001:db8::/32")
+
+
+def test_every_field_of_the_document_reaches_the_core_value() -> None:
+    # Given a policy that sets each field to something other than its default
+    policy = parse_policy(
+        "destination: {kind: tagged_groups, tag_key: team, tag_value: web}\n"
+        "include_health_checks: false\n"
+        "settle_seconds: 42\n"
+        "brake: {max_revoke_percent: 7, min_revokes: 3}\n"
+        "static_rules: [{group_id: sg-0123456789abcdef0, protocol: udp, from_port: 53,"
+        " to_port: 53, cidr_ipv6: '2001:db8::/32'}]"
+    )
+    # Then the core's value says the same, not the defaults
+    (binding,) = policy.bindings
+    assert (binding.tag_key, binding.tag_value) == ("team", "web")
+    assert binding.include_health_checks is False
+    assert policy.settle_seconds == 42
+    assert (policy.brake.max_revoke_percent, policy.brake.min_revokes) == (7, 3)
+    (static,) = policy.static_rules
+    assert static.key.peer == Peer("cidr6", "2001:db8::/32") and static.key.protocol == "udp"
+
+
+def test_the_groups_the_bindings_name() -> None:
+    policy = parse_policy(
+        "bindings:\n"
+        "  - name: a\n"
+        "    rule_source: {kind: backend_group, group_id: sg-0123456789abcdef0}\n"
+        "    destination: {kind: named_groups, group_ids: [sg-00000000000000001]}\n"
+        "  - {name: b}"
+    )
+    assert policy.backend_groups == {"sg-0123456789abcdef0"}
+    assert policy.named_groups == {"sg-00000000000000001"}
+    assert parse_policy("").backend_groups == set() == parse_policy("").named_groups
+
+
+def test_only_an_unowned_rule_with_a_listed_description_is_adopted() -> None:
+    policy = parse_policy(f"adopt_descriptions: ['{LBC_SHARED_DESCRIPTION}', '']")
+
+    def rule(description: str, **tags: str) -> Rule:
+        return rule_from_dict(
+            {
+                "GroupId": "sg-0123456789abcdef0",
+                "IpProtocol": "tcp",
+                "FromPort": 80,
+                "ToPort": 80,
+                "CidrIpv4": "10.0.0.0/8",
+                "Description": description,
+                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            }
+        )
+
+    assert policy.adopts(rule(LBC_SHARED_DESCRIPTION))
+    assert not policy.adopts(rule("someone else's"))
+    # another deployment's rule stays its own, whatever its description
+    assert not policy.adopts(rule(LBC_SHARED_DESCRIPTION, **{OWNER_TAG_KEY: "other"}))
+    # a rule without a description is never taken over, even if '' is listed
+    assert not policy.adopts(rule(""))
