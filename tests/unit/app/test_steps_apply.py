@@ -242,8 +242,17 @@ def test_a_missing_batch_is_an_invalid_plan(world: World) -> None:
             "the item for sg-.*: steps.0: Input tag 'drop' found using 'action' does not match",
         ),
         ({"group_id": G1, "steps": []}, "steps: List should have at least 1 item"),
+        (
+            {
+                "group_id": G1,
+                "steps": [{"action": "revoke", "group_id": G1, "rule_ids": ["x"]}],
+                "desired": [],
+                "settle_seconds": -1,
+            },
+            "settle_seconds: Input should be greater than or equal to 0",
+        ),
     ],
-    ids=["other group", "no desired", "bad step", "no steps"],
+    ids=["other group", "no desired", "bad step", "no steps", "negative settle"],
 )
 def test_a_bad_stored_item_is_an_invalid_plan_before_any_call(
     world: World, item: dict[str, Any], message: str

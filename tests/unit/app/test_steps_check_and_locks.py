@@ -9,11 +9,19 @@ import pytest
 from fakes import rule
 from sg_reconciler.app.steps import acquire_locks, check_plan, release_locks
 from sg_reconciler.core.plan import Authorize, Plan
+from sg_reconciler.core.rules import rule_to_dict
 from sg_reconciler.errors import ExecutionStopped, InvalidPlan, LockBusy
 from unit.app.steps_world import LEASE, World
 
 G1, G2 = "sg-01", "sg-02"
 PLAN = Plan((Authorize(G1, (rule(G1, 443),)), Authorize(G2, (rule(G2, 443),))))
+RULE_OF_G2 = rule_to_dict(rule(G2, 443), with_identity=False)
+
+
+def inline(*steps: dict[str, Any]) -> dict[str, Any]:
+    return {"plan": {"feasible": True, "steps": list(steps)}}
+
+
 MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:apply"
 
 
@@ -66,6 +74,44 @@ def test_an_inline_plan_stores_its_groups_under_the_execution_name(world: World)
             "exec-1",
             "input.plan.steps.0.revoke.rule_ids: Field required",
         ),
+        (
+            inline({"action": "authorize", "group_id": G1, "rules": [RULE_OF_G2]}),
+            "exec-1",
+            "input.plan.steps.0.authorize: a step for sg-01 carries a rule of another group",
+        ),
+        (
+            inline({"action": "modify", "group_id": G1, "rule_id": "sgr-1", "rule": RULE_OF_G2}),
+            "exec-1",
+            "input.plan.steps.0.modify: a step for sg-01 carries a rule of another group",
+        ),
+        (
+            inline(
+                {
+                    "action": "adopt",
+                    "group_id": G1,
+                    "rule_id": "sgr-1",
+                    "rule": RULE_OF_G2,
+                    "previous_description": "theirs",
+                }
+            ),
+            "exec-1",
+            "input.plan.steps.0.adopt: a step for sg-01 carries a rule of another group",
+        ),
+        (
+            inline({"action": "authorize", "group_id": G1, "rules": []}),
+            "exec-1",
+            "input.plan.steps.0.authorize.rules: List should have at least 1 item",
+        ),
+        (
+            inline({"action": "revoke", "group_id": G1, "rule_ids": []}),
+            "exec-1",
+            "input.plan.steps.0.revoke.rule_ids: List should have at least 1 item",
+        ),
+        (
+            inline({"action": "revoke", "group_id": G1, "rule_ids": [""]}),
+            "exec-1",
+            "input.plan.steps.0.revoke.rule_ids.0: String should have at least 1 character",
+        ),
         ({"plan_ref": {"groups_key": "k", "groups": 0}}, "exec-1", "input.plan_ref.groups"),
         ({"plan_ref": {"groups_key": "a/b", "groups": 1}}, "exec-1", "plan_ref.groups_key"),
         ("text", "exec-1", "input: Input should be a valid dictionary"),
@@ -76,6 +122,12 @@ def test_an_inline_plan_stores_its_groups_under_the_execution_name(world: World)
         "no steps",
         "infeasible",
         "bad step",
+        "authorize: rule of another group",
+        "modify: rule of another group",
+        "adopt: rule of another group",
+        "authorize: no rules",
+        "revoke: no rule ids",
+        "revoke: empty rule id",
         "no groups",
         "bad key",
         "not an object",

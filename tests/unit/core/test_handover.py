@@ -10,7 +10,7 @@ from sg_reconciler.app.contracts.plan import PlanDocument
 from sg_reconciler.core.desired import LookupMiss
 from sg_reconciler.core.handover import TargetPorts, hand_over
 from sg_reconciler.core.phases import split_phases
-from sg_reconciler.core.plan import Adopt, Authorize, Plan, step_to_dict
+from sg_reconciler.core.plan import Adopt, Authorize, Modify, Plan, Revoke, step_to_dict
 from sg_reconciler.core.planner import make_plan
 from sg_reconciler.core.quota import Limits
 from sg_reconciler.core.rules import (
@@ -94,6 +94,20 @@ def test_an_adopt_step_round_trips_through_the_plan_contract() -> None:
     del doc["previous_description"]
     with pytest.raises(ValidationError, match="previous_description"):
         PlanDocument.model_validate({"feasible": True, "steps": [doc]})
+
+
+def test_a_plan_and_its_notes_round_trip_through_the_plan_contract() -> None:
+    rule = Rule(key(80, 80), OURS)
+    plan = Plan(
+        (
+            Authorize("sg-nodes", (rule,)),
+            Modify("sg-nodes", "sgr-2", rule),
+            Adopt("sg-nodes", "sgr-1", rule, THEIRS),
+            Revoke("sg-nodes", ("sgr-3", "sgr-4")),
+        ),
+        notes=("a note for the reader",),
+    )
+    assert PlanDocument.model_validate(plan.to_dict()).to_plan() == plan
 
 
 def test_the_hand_over_is_ready_once_every_desired_rule_is_in_place_and_ours() -> None:

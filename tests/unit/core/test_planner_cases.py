@@ -223,6 +223,9 @@ def test_plan_ids_are_stable_and_depend_on_the_steps() -> None:
     first, again = judged(current, desired), judged(current, desired)
     assert first.plan_id() == again.plan_id() and len(first.plan_id()) == 32
     assert first.plan_id() != judged(current, desired, quota=2).plan_id()
+    # every step counts, in its place: the first, the last and their order
+    a, b = Revoke(NODES, ("sgr-1",)), Revoke(NODES, ("sgr-2",))
+    assert len({Plan(steps).plan_id() for steps in [(a, b), (b, b), (a, a), (b, a)]}) == 4
 
 
 def test_a_current_rule_without_an_id_that_must_go_is_an_input_error() -> None:
