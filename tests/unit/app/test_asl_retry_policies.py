@@ -1,6 +1,6 @@
 """The state machine's Retry policies, named once here: every Lambda task retries the
-Lambda service's transient errors, and every Retry block is one of a few named policies, so
-eleven copies in the ASL cannot drift apart unnoticed.
+Lambda service's transient errors, every Retry block is one of a few named policies, and each
+task's policies are listed, so the copies in the ASL cannot drift apart unnoticed.
 
 Chosen over generating the ASL from a builder: the console shows the committed file, reviews
 read it as it runs, and this test is all a builder would add."""
@@ -100,6 +100,40 @@ POLICIES: dict[str, dict[str, Any]] = {
 }
 
 
+# Each Lambda task's policies, in the order Step Functions tries them. Some policies differ by
+# one error ("transient" and "transient, no EC2" by Throttled), so a copy that loses an error
+# can still be a named policy: only this table tells that a task's retry changed.
+TASK_POLICIES: dict[str, list[str]] = {
+    "Check the plan input": ["Lambda only"],
+    "Lock the groups": ["lock busy", "transient"],
+    "Refresh the plan under the locks": ["transient"],
+    "Authorize new rules/Authorize the rules of a batch of groups": [
+        "EC2 write throttled",
+        "transient, writes",
+    ],
+    "Verify the new rules are visible": ["not yet visible", "transient"],
+    "Apply quota-bound changes in order/Apply one quota-bound call": [
+        "EC2 write throttled",
+        "transient, writes",
+    ],
+    "Re-plan the revokes after the settle": ["transient"],
+    "Revoke stale rules/Revoke the stale rules of a batch of groups": [
+        "EC2 write throttled",
+        "transient, writes",
+    ],
+    "Verify the final state": ["not yet visible", "transient"],
+    "Roll back the rules this execution added/Roll back the rules of a batch of groups": [
+        "EC2 write throttled",
+        "transient, rollback",
+    ],
+    "Sum up the rollback": ["transient, no EC2"],
+    "List the groups to check for leftovers": ["transient"],
+    "Check the groups for leftovers/Check a batch of groups for leftovers": ["transient"],
+    "Report the leftover rules": ["transient"],
+    "Release the group locks": ["anything"],
+}
+
+
 def lambda_tasks(states: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     for name, state in states.items():
         if state.get("Type") == "Task" and ":lambda:invoke" in str(state.get("Resource")):
@@ -130,6 +164,14 @@ def test_every_lambda_task_retries_the_lambda_services_transient_errors() -> Non
     for name, state in lambda_tasks(json.loads(ASL.read_text())["States"]):
         retried = {error for retrier in state.get("Retry", []) for error in retrier["ErrorEquals"]}
         assert "States.ALL" in retried or set(LAMBDA_TRANSIENT) <= retried, name
+
+
+def test_each_lambda_task_retries_with_its_own_policies_in_order() -> None:
+    tasks = lambda_tasks(json.loads(ASL.read_text())["States"])
+    found = {
+        name: [policy_name(retrier) for retrier in state.get("Retry", [])] for name, state in tasks
+    }
+    assert found == TASK_POLICIES
 
 
 def test_a_changed_copy_is_caught() -> None:
