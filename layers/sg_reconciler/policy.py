@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -321,7 +321,7 @@ class PolicyDocument(_BindingFields):
         description="Wait between authorizing new rules and revoking stale ones.",
     )
     brake: Brake = Field(default_factory=Brake, description="The brake on mass revocation.")
-    adopt_descriptions: list[str] = Field(
+    adopt_descriptions: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
         default_factory=list,
         max_length=10,
         description=(
