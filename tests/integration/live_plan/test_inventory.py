@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from integration.live_plan.world import MANAGED, POD_IPS, World, build_world
 from sg_reconciler.adapters import inventory as inventory_module
 from sg_reconciler.adapters.inventory import AccountInventory, read_inventory, split_on_missing
-from sg_reconciler.app.live_plan import compute_live_plan
+from sg_reconciler.app.live_plan import LivePlan, compute_live_plan
 from sg_reconciler.core.plan import Plan
 from sg_reconciler.policy import parse_policy
 
@@ -86,14 +86,19 @@ def delete_after_its_rules_are_read(ec2: Any, group_id: str) -> None:
     ec2.meta.events.register("after-call.ec2.DescribeSecurityGroupRules", delete)
 
 
+def default_live_plan(ec2: Any, elbv2: Any) -> LivePlan:
+    """`plan --live` with an empty policy: the whole account, no narrowing."""
+    parsed = parse_policy("")
+    return compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
+
+
 def test_a_group_deleted_mid_read_is_dropped_not_a_crash(
     aws: tuple[Any, Any], world: World
 ) -> None:
     ec2, elbv2 = aws
     doomed = world.groups["nodes_b"]
     delete_after_its_rules_are_read(ec2, doomed)
-    parsed = parse_policy("")
-    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
+    live = default_live_plan(ec2, elbv2)
     assert isinstance(live.result, Plan)
     assert doomed not in live.groups
     assert all(r.group_id != doomed for r in live.desired + live.current)
@@ -110,8 +115,7 @@ def test_a_whole_account_plan_notes_no_group_that_exists_as_missing(
 ) -> None:
     # Given every group of the world exists, and the plan reads the whole account (no narrowing)
     ec2, elbv2 = aws
-    parsed = parse_policy("")
-    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
+    live = default_live_plan(ec2, elbv2)
     assert isinstance(live.result, Plan)
     # Then no note calls a group missing: the owned and target groups read are all found
     assert world.groups["orphan"] in live.groups and world.groups["nodes_a"] in live.groups
@@ -126,8 +130,7 @@ def test_an_owned_group_deleted_mid_read_is_noted_once_as_in_scope(
     ec2, elbv2 = aws
     doomed = world.groups["orphan"]
     delete_after_its_rules_are_read(ec2, doomed)
-    parsed = parse_policy("")
-    live = compute_live_plan(AccountInventory(ec2, elbv2, parsed), parsed)
+    live = default_live_plan(ec2, elbv2)
 
     # Then no step touches it, and one note names it, as a group in scope the read missed
     assert isinstance(live.result, Plan)
