@@ -33,7 +33,13 @@ from sg_reconciler.core.rules import Rule
 from sg_reconciler.policy import parse_policy
 from sg_reconciler_tools.demo.play import run_planner
 from sg_reconciler_tools.demo.world import DemoWorld, scheduled_event
-from sg_reconciler_tools.local import FunctionFailed, InvariantMonitor, LocalRuntime, moto_hooks
+from sg_reconciler_tools.local import (
+    FunctionFailed,
+    InvariantMonitor,
+    LocalRuntime,
+    moto_hooks,
+    patching,
+)
 from sg_reconciler_tools.local.functions import module_name
 
 MACHINE = "ApplyPlanStateMachine"
@@ -108,7 +114,7 @@ class ScenarioFault:
         self.calls = 0
         self._lock = threading.Lock()
         self._died = threading.local()
-        self._patches: list[moto_hooks.Patch] = []
+        self._patches: list[patching.Patch] = []
 
     def __enter__(self) -> ScenarioFault:
         self._patches.append(

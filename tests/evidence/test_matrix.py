@@ -78,7 +78,7 @@ from sg_reconciler.policy import parse_policy_document
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import Fault, FaultInjector, LocalRuntime
-from sg_reconciler_tools.local.moto_hooks import Patch
+from sg_reconciler_tools.local.patching import Patch
 from workflow.world_moves import admits, at_the_settle, before_revoke, new_rule_id, set_policy
 
 S = "SUCCEEDED"

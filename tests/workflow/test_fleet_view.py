@@ -31,7 +31,7 @@ from sg_reconciler_tools.demo.play import (
     run_planner,
 )
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
-from sg_reconciler_tools.local import FaultInjector, LocalRuntime
+from sg_reconciler_tools.local import FaultInjector, LocalRuntime, moto_state
 from sg_reconciler_tools.local.functions import LambdaContext
 from sg_reconciler_tools.local.runtime import cold_start
 from sg_reconciler_tools.local.stack import read_template
@@ -195,7 +195,6 @@ def test_every_members_outcomes_reach_the_fleet_and_only_the_rolled_back_one_nee
 
 
 def test_the_central_stack_takes_outcomes_and_forwarded_alarms_and_nothing_else() -> None:
-    from sg_reconciler_tools.local import moto_hooks
     from sg_reconciler_tools.local.stack import translate
 
     pattern = central_pattern()
@@ -210,16 +209,16 @@ def test_the_central_stack_takes_outcomes_and_forwarded_alarms_and_nothing_else(
         "detail": {},
     }
     api_call = {"source": "aws.ec2", "detail-type": "AWS API Call via CloudTrail", "detail": {}}
-    assert moto_hooks.matches_event_pattern(pattern, outcome)
-    assert moto_hooks.matches_event_pattern(pattern, alarm)
-    assert not moto_hooks.matches_event_pattern(pattern, api_call)
+    assert moto_state.matches_event_pattern(pattern, outcome)
+    assert moto_state.matches_event_pattern(pattern, alarm)
+    assert not moto_state.matches_event_pattern(pattern, api_call)
     # the sources it admits, with any other detail-type, stay out
     for source, other in [
         ("aws.cloudwatch", "CloudWatch Alarm Configuration Change"),
         ("sg-reconciler", "Some Other Event"),
     ]:
         event = {"source": source, "detail-type": other, "detail": {}}
-        assert not moto_hooks.matches_event_pattern(pattern, event), event
+        assert not moto_state.matches_event_pattern(pattern, event), event
     fleet = read_template(ROOT / "fleet.yaml")
     for body in fleet["Resources"].values():
         if body["Type"] == "AWS::Serverless::Function":

@@ -11,7 +11,7 @@ from sg_reconciler.adapters.plan_store import PlanStore
 from sg_reconciler.core.rules import Peer, ingress_rules
 from sg_reconciler.core.traffic import Traffic
 from sg_reconciler_tools.demo.world import DemoWorld
-from sg_reconciler_tools.local.moto_hooks import Patch
+from sg_reconciler_tools.local.patching import Patch
 
 TCP = 6
 

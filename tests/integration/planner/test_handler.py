@@ -38,7 +38,7 @@ from sg_reconciler.core.rules import Rule
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import parse_policy
 from sg_reconciler.trigger.classify import Relevant, parse_record
-from sg_reconciler_tools.local import LocalRuntime, moto_hooks
+from sg_reconciler_tools.local import LocalRuntime, moto_hooks, moto_state
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[3] / "template.yaml"
 EXECUTION_TIMEOUT = 60.0
@@ -79,7 +79,7 @@ def runtime() -> Iterator[LocalRuntime]:
 def world(runtime: LocalRuntime) -> World:
     """A fresh world in the running runtime: the stack stays, EC2 and ELBv2 start empty, and
     so does the brake's window (it counts the rules of the account it was started in)."""
-    moto_hooks.ec2_backend(REGION).reset()
+    moto_state.ec2_backend(REGION).reset()
     elbv2_backends[ACCOUNT_ID][REGION].reset()
     table = runtime.ref("LockTable")
     for item in runtime.clients.dynamodb.scan(TableName=table)["Items"]:

@@ -1,8 +1,8 @@
 """Every change the emulator makes to moto is registered with the test that shows moto alone.
 
 A hook is a function of `moto_hooks` or `cfn_workarounds` that changes what moto does (no
-other module of `sg_reconciler_tools.local` imports moto:
-`test_only_the_hook_modules_import_moto`). It stays only while moto lacks what it adds.
+other module of `sg_reconciler_tools.local` imports moto but `moto_state`, which only
+reads it: `test_only_the_hook_modules_import_moto`, `test_moto_state_changes_nothing`). It stays only while moto lacks what it adds.
 Its docstring says which kind it is: a fact of AWS (`AWS:` and the page it follows) or
 tooling with no public switch (`Tooling:` and why: no real sleeping, speed only, the
 runtime playing a poller). Its register entry names the test that shows what moto does
@@ -28,11 +28,7 @@ from sg_reconciler_tools.local import cfn_workarounds, moto_hooks
 
 NOT_HOOKS = frozenset(
     {
-        # building blocks of hooks, which patch nothing themselves
-        "require",
-        "together",
-        "replace",
-        "add",
+        # a building block of hooks, which patches nothing itself (the rest are `patching`'s)
         "_add_key",
         # groups of hooks registered one by one
         "patch_ec2_fidelity",
@@ -42,16 +38,10 @@ NOT_HOOKS = frozenset(
         "interceptors",
         "current_request_params",
         "on_ec2_write",
-        # moto's public API and readers of its state, changing nothing
+        # moto's public API, and readers of what a hook keeps (the rest are `moto_state`'s)
         "new_mock",
         "rule_units",
         "eni_prefixes",
-        "matches_event_pattern",
-        "ec2_backend",
-        "security_group_rule_docs",
-        "cloudformation_stack",
-        "stack_attribute",
-        "stack_condition",
         # applies the registered template workarounds in order
         "prepare",
     }
@@ -182,7 +172,7 @@ def test_every_hook_is_registered_and_nothing_else() -> None:
 
 def test_only_the_hook_modules_import_moto() -> None:
     for path in sorted(LOCAL.glob("*.py")):
-        if path.stem in {"moto_hooks", "cfn_workarounds"}:
+        if path.stem in {"moto_hooks", "cfn_workarounds", "moto_state"}:
             continue
         imported = {
             alias.name if isinstance(node, ast.Import) else str(node.module)
@@ -193,6 +183,25 @@ def test_only_the_hook_modules_import_moto() -> None:
         assert not any(name.split(".")[0] == "moto" for name in imported), (
             f"{path.name} imports moto: a hook belongs in moto_hooks, with its register entry"
         )
+
+
+def test_moto_state_changes_nothing() -> None:
+    """The one other module that imports moto only reads it: it assigns no attribute or
+    item of anything and calls no `setattr` (a change of moto belongs in a hook)."""
+    tree = ast.parse((LOCAL / "moto_state.py").read_text())
+    changes = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if (
+            isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            and any(
+                isinstance(target, (ast.Attribute, ast.Subscript))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+        )
+        or (isinstance(node, ast.Call) and ast.unparse(node.func) in {"setattr", "delattr"})
+    ]
+    assert changes == [], f"moto_state.py changes state: {changes}"
 
 
 @pytest.mark.parametrize("name", sorted(REGISTER))

@@ -23,9 +23,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from sg_reconciler.core.rules import ingress_rules
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import moto_hooks, moto_state, patching
 from sg_reconciler_tools.local.faults import Fault, FaultInjector
-from sg_reconciler_tools.local.moto_hooks import LambdaResult, Recorder
+from sg_reconciler_tools.local.moto_hooks import LambdaResult
+from sg_reconciler_tools.local.recorder import Recorder
 
 REGION = "eu-west-1"
 ROLE_POLICY = json.dumps({"Version": "2012-10-17", "Statement": []})
@@ -869,7 +870,7 @@ def test_the_prefix_hook_refuses_a_filter_moto_has_now_and_leaves_nothing_applie
 
     ec2_utils.filter_dict_attribute_mapping[IPV6_PREFIX_FILTER] = "moto_models_it"
     try:
-        with pytest.raises(moto_hooks.HookError, match="ipv6-prefixes"):
+        with pytest.raises(patching.HookError, match="ipv6-prefixes"):
             moto_hooks.patch_eni_delegated_prefixes()
     finally:
         del ec2_utils.filter_dict_attribute_mapping[IPV6_PREFIX_FILTER]
@@ -1268,7 +1269,7 @@ def test_backend_reading_matches_describe(mocked: Mocked) -> None:
     )
     via_api = ingress_rules(describe(mocked, node), "api")
     direct = ingress_rules(
-        moto_hooks.security_group_rule_docs(moto_hooks.ec2_backend(REGION), [node]), "backend"
+        moto_state.security_group_rule_docs(moto_state.ec2_backend(REGION), [node]), "backend"
     )
     assert sorted(direct, key=str) == sorted(via_api, key=str)
     assert all(rule.tag("team") == "a" for rule in direct)
@@ -1498,11 +1499,11 @@ def test_a_stacks_attributes_and_conditions_are_read_as_the_engine_resolved_them
     (url,) = sqs.list_queues()["QueueUrls"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]
 
-    assert moto_hooks.stack_attribute("hooks", "Queue", "Arn", REGION) == arn["QueueArn"]
-    assert moto_hooks.stack_condition("hooks", "IsDev", REGION) is True
-    assert moto_hooks.stack_condition("hooks", "IsProd", REGION) is False
+    assert moto_state.stack_attribute("hooks", "Queue", "Arn", REGION) == arn["QueueArn"]
+    assert moto_state.stack_condition("hooks", "IsDev", REGION) is True
+    assert moto_state.stack_condition("hooks", "IsProd", REGION) is False
     with pytest.raises(KeyError):
-        moto_hooks.stack_attribute("hooks", "Nope", "Arn", REGION)
+        moto_state.stack_attribute("hooks", "Nope", "Arn", REGION)
 
 
 # (e) Faults and (f) the write listener --------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sg_reconciler_tools.demo.world import CLUSTER_TAG, IMAGE_ID, REGION
-from sg_reconciler_tools.local import LocalRuntime, moto_hooks
+from sg_reconciler_tools.local import LocalRuntime, moto_hooks, patching
 
 FIRST_NODE_PORT = 30000
 
@@ -127,7 +127,7 @@ def group_rules(world: LargeWorld) -> dict[str, list[dict[str, Any]]]:
     return {g: sorted(rules, key=lambda r: r["SecurityGroupRuleId"]) for g, rules in found.items()}
 
 
-def deny_authorize_in(group_id: str) -> moto_hooks.Patch:
+def deny_authorize_in(group_id: str) -> patching.Patch:
     """AuthorizeSecurityGroupIngress into `group_id` is denied (as IAM denies it), until
     undone. The authorize phase's batches are consecutive groups in id order, so the group
     that sorts last is in the last batch."""

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import patching
 from sg_reconciler_tools.local.stack import TemplateError
 
 Fetch = Callable[[str, str], bytes]  # (bucket, key) -> the object's bytes
@@ -243,7 +243,7 @@ def lambda_rule_targets(events: Any, rule_names: list[str]) -> list[tuple[str, d
     return found
 
 
-def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
+def create_state_machines_in_the_executing_backend() -> patching.Patch:
     """Create a stack's state machines where executions run.
 
     With `stepfunctions.execute_state_machine` (`moto_hooks.new_mock`), the Step
@@ -279,14 +279,14 @@ def create_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
             sm_type=properties.get("StateMachineType"),
         )
 
-    return moto_hooks.replace(
+    return patching.replace(
         StateMachine,
         "create_from_cloudformation_json",
         classmethod(create_from_cloudformation_json),
     )
 
 
-def update_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
+def update_state_machines_in_the_executing_backend() -> patching.Patch:
     """Update a stack's state machines where executions run (a stack update, `update_stack`).
 
     moto's `StateMachine.update_from_cloudformation_json` updates the machine in
@@ -317,14 +317,14 @@ def update_state_machines_in_the_executing_backend() -> moto_hooks.Patch:
             role_arn=properties.get("RoleArn"),
         )
 
-    return moto_hooks.replace(
+    return patching.replace(
         StateMachine,
         "update_from_cloudformation_json",
         classmethod(update_from_cloudformation_json),
     )
 
 
-def ref_layer_versions_as_arns() -> moto_hooks.Patch:
+def ref_layer_versions_as_arns() -> patching.Patch:
     """`!Ref` to an `AWS::Lambda::LayerVersion` is its ARN, as on AWS (the resource's Ref in
     the CloudFormation template reference).
 
@@ -341,10 +341,10 @@ def ref_layer_versions_as_arns() -> moto_hooks.Patch:
     def physical_resource_id(self: Any) -> str:
         return str(self.arn)
 
-    return moto_hooks.add(LayerVersion, "physical_resource_id", property(physical_resource_id))
+    return patching.add(LayerVersion, "physical_resource_id", property(physical_resource_id))
 
 
-def apply_table_time_to_live() -> moto_hooks.Patch:
+def apply_table_time_to_live() -> patching.Patch:
     """Give a stack's DynamoDB tables their `TimeToLiveSpecification`.
 
     moto's `Table.create_from_cloudformation_json` (moto.dynamodb.models.table) creates the
@@ -357,7 +357,7 @@ def apply_table_time_to_live() -> moto_hooks.Patch:
     from moto.dynamodb.models import dynamodb_backends
     from moto.dynamodb.models.table import Table
 
-    original = moto_hooks.require(Table, "create_from_cloudformation_json")
+    original = patching.require(Table, "create_from_cloudformation_json")
 
     def create_from_cloudformation_json(
         cls: Any,
@@ -378,12 +378,12 @@ def apply_table_time_to_live() -> moto_hooks.Patch:
             )
         return table
 
-    return moto_hooks.replace(
+    return patching.replace(
         Table, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json)
     )
 
 
-def match_events_as_eventbridge() -> moto_hooks.Patch:
+def match_events_as_eventbridge() -> patching.Patch:
     """Deliver a PutEvents event only to the enabled rules whose pattern it matches.
 
     moto's `Rule.send_to_targets` (moto.events.models) offers every event to every rule of
@@ -395,17 +395,17 @@ def match_events_as_eventbridge() -> moto_hooks.Patch:
     """
     from moto.events.models import Rule
 
-    original = moto_hooks.require(Rule, "send_to_targets")
+    original = patching.require(Rule, "send_to_targets")
 
     def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
         if self.state != "ENABLED" or not self.event_pattern.get_pattern():
             return
         original(self, original_event, transform_input)
 
-    return moto_hooks.replace(Rule, "send_to_targets", send_to_targets)
+    return patching.replace(Rule, "send_to_targets", send_to_targets)
 
 
-def parse_json_templates_as_json() -> moto_hooks.Patch:
+def parse_json_templates_as_json() -> patching.Patch:
     """Parse a JSON template body with `json`, YAML ones as moto does.
 
     moto's `Stack.parse_template` reads every body with PyYAML's pure-Python `yaml.Loader`
@@ -416,7 +416,7 @@ def parse_json_templates_as_json() -> moto_hooks.Patch:
     """
     from moto.cloudformation.models import Stack
 
-    original = moto_hooks.require(Stack, "parse_template")
+    original = patching.require(Stack, "parse_template")
 
     def parse_template(template: str) -> dict[str, Any]:
         if template.lstrip().startswith("{"):
@@ -426,7 +426,7 @@ def parse_json_templates_as_json() -> moto_hooks.Patch:
         result: dict[str, Any] = original(template)
         return result
 
-    return moto_hooks.replace(Stack, "parse_template", staticmethod(parse_template))
+    return patching.replace(Stack, "parse_template", staticmethod(parse_template))
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import moto_hooks, patching
 
 FaultMode = Literal["before", "after"]
 
@@ -51,7 +51,7 @@ class FiredFault:
     call_number: int
 
 
-class FaultInjector(moto_hooks.PatchSet):
+class FaultInjector(patching.PatchSet):
     """Context manager that installs faults and records which fired.
 
     Faults on one operation fire in the order given: the first with calls left wins.
@@ -63,7 +63,7 @@ class FaultInjector(moto_hooks.PatchSet):
         self._calls: Counter[tuple[str, str]] = Counter()
         self._fired: list[FiredFault] = []
         self._lock = threading.Lock()
-        self._patches: list[moto_hooks.Patch] = []
+        self._patches: list[patching.Patch] = []
 
     def __enter__(self) -> FaultInjector:
         operations = dict.fromkeys((fault.service, fault.operation) for fault in self._faults)

@@ -23,7 +23,7 @@ from typing import Any
 
 from sg_reconciler.adapters import pacing
 
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import moto_hooks, patching
 from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
 
 EC2_LATENCY = 0.15  # seconds an EC2 API call takes, answer included (a typical p50)
@@ -55,7 +55,7 @@ class TimedInvocation:
     calls: Counter[str] = field(default_factory=Counter)
 
 
-class InvocationClock(moto_hooks.PatchSet):
+class InvocationClock(patching.PatchSet):
     """Context manager: a model clock per handler invocation of one runtime (above)."""
 
     def __init__(
@@ -69,7 +69,7 @@ class InvocationClock(moto_hooks.PatchSet):
         self.invocations: list[TimedInvocation] = []
         self._current = threading.local()
         self._lock = threading.Lock()
-        self._patches: list[moto_hooks.Patch] = []
+        self._patches: list[patching.Patch] = []
 
     def of(self, logical_id: str) -> list[TimedInvocation]:
         with self._lock:
@@ -136,7 +136,7 @@ def longest(invocations: Sequence[TimedInvocation]) -> float:
     return max((i.seconds for i in invocations), default=0.0)
 
 
-def _unpaced_reads() -> moto_hooks.Patch:
+def _unpaced_reads() -> patching.Patch:
     """The process's read pacer lets every read go at once (see the module's note)."""
     saved = pacing.ReadPacer.wait
 
@@ -148,4 +148,4 @@ def _unpaced_reads() -> moto_hooks.Patch:
     def undo() -> None:
         pacing.ReadPacer.wait = saved  # type: ignore[method-assign]
 
-    return moto_hooks.Patch("sg_reconciler.adapters.pacing.ReadPacer.wait", undo)
+    return patching.Patch("sg_reconciler.adapters.pacing.ReadPacer.wait", undo)

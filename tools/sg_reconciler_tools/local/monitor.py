@@ -21,7 +21,7 @@ from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, ingress_rules
 from sg_reconciler.core.safety import GroupBounds, group_bounds
 from sg_reconciler.core.traffic import Traffic
 
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import moto_hooks, moto_state, patching
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class InvariantMonitor:
         self.group_ids = tuple(sorted(set(group_ids)))
         self.owner = owner
         self._lock = threading.Lock()
-        self._patch: moto_hooks.Patch | None = None
+        self._patch: patching.Patch | None = None
         self._old = list(old_rules) if old_rules is not None else self._read()
         self.bounds = self._bounds(new_rules)
         self._baseline = Snapshot(0, "start", None, tuple(self._read()))
@@ -193,7 +193,7 @@ class InvariantMonitor:
         ]
 
     def _read(self) -> list[Rule]:
-        docs = moto_hooks.security_group_rule_docs(self._backend, self.group_ids)
+        docs = moto_state.security_group_rule_docs(self._backend, self.group_ids)
         return ingress_rules(docs, "moto")
 
     def _check(
@@ -251,4 +251,4 @@ def _backend_of(ec2_client_or_backend: Any) -> Any:
     region = getattr(meta, "region_name", None)
     if not region:
         raise TypeError("InvariantMonitor needs a boto3 EC2 client or moto's EC2Backend")
-    return moto_hooks.ec2_backend(region)
+    return moto_state.ec2_backend(region)

@@ -28,13 +28,21 @@ import json
 import re
 import threading
 import time
-import types
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from types import TracebackType
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
+
+from sg_reconciler_tools.local.patching import (
+    HookError,
+    Patch,
+    add,
+    dotted_name,
+    replace,
+    require,
+    together,
+)
 
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
@@ -55,116 +63,6 @@ EC2_WRITE_OPERATIONS: Final = (
     "DeleteTags",
     "DeleteSecurityGroup",
 )
-
-
-class HookError(RuntimeError):
-    """A moto internal a hook relies on is missing or changed shape (moto upgraded?)."""
-
-
-class Patch:
-    """Undoes one hook; idempotent, and usable as a context manager."""
-
-    def __init__(self, what: str, undo: Callable[[], None]) -> None:
-        self.what = what
-        self._undo: Callable[[], None] | None = undo
-
-    def undo(self) -> None:
-        if self._undo is not None:
-            undo, self._undo = self._undo, None
-            undo()
-
-    @property
-    def active(self) -> bool:
-        return self._undo is not None
-
-    def __enter__(self) -> Patch:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.undo()
-
-    def __repr__(self) -> str:
-        return f"Patch({self.what!r}, active={self.active})"
-
-
-class PatchSet:
-    """A context manager whose `__enter__` installs hooks into `_patches`: they are undone in
-    reverse order on exit, or by `_undo` when installing fails part-way."""
-
-    _patches: list[Patch]
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._undo()
-
-    def _undo(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
-
-
-def _path(owner: object) -> str:
-    """The dotted name of a moto module, class, or instance's class, for error messages."""
-    if isinstance(owner, types.ModuleType):
-        return owner.__name__
-    kind = owner if isinstance(owner, type) else type(owner)
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def require(owner: object, name: str) -> Any:
-    """`owner.name`, or HookError naming the moto internal that is gone."""
-    try:
-        return getattr(owner, name)
-    except AttributeError:
-        raise HookError(
-            f"moto internal {_path(owner)}.{name} is gone (hooks are written for moto {MOTO_VERSION})"
-        ) from None
-
-
-def together(what: str, patches: list[Patch]) -> Patch:
-    """One patch undoing several, last first."""
-
-    def undo() -> None:
-        for patch in reversed(patches):
-            patch.undo()
-
-    return Patch(what, undo)
-
-
-def replace(owner: Any, name: str, value: object) -> Patch:
-    """Set `owner.name`, remembering whether it was inherited so undo restores exactly."""
-    require(owner, name)
-    had_own = isinstance(owner, type) and name in owner.__dict__
-    original = owner.__dict__[name] if had_own else getattr(owner, name)
-
-    def undo() -> None:
-        if isinstance(owner, type) and not had_own:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, original)
-
-    setattr(owner, name, value)
-    return Patch(f"{_path(owner)}.{name}", undo)
-
-
-def add(owner: type, name: str, value: object) -> Patch:
-    """Give `owner` an attribute moto lacks; if moto has one now, it may model the thing itself."""
-    if hasattr(owner, name):
-        raise HookError(
-            f"moto internal {_path(owner)}.{name} exists now (hooks are written for moto "
-            f"{MOTO_VERSION}): check whether moto models it and the hook can go"
-        )
-    setattr(owner, name, value)
-    return Patch(f"{_path(owner)}.{name}", lambda: delattr(owner, name))
 
 
 # (a) -------------------------------------------------------------------------------------
@@ -276,7 +174,7 @@ def patch_retry_sleep(record: Callable[[float], None]) -> Patch:
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
     if require(retrier_decl, "time") is not time:
-        raise HookError(f"{_path(retrier_decl)}.time is not the time module (moto upgraded?)")
+        raise HookError(f"{dotted_name(retrier_decl)}.time is not the time module (moto upgraded?)")
     return replace(retrier_decl, "time", _RecordingClock(record))
 
 
@@ -491,7 +389,7 @@ def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
             authorize_security_group_ingress,
         ),
     ]
-    return together(f"{_path(SecurityGroupBackend)} rule quota", patches)
+    return together(f"{dotted_name(SecurityGroupBackend)} rule quota", patches)
 
 
 # Delegated prefixes on network interfaces ------------------------------------------------
@@ -727,7 +625,7 @@ def patch_subnet_ipv6_state() -> Patch:
     from moto.ec2.models.subnets import Subnet
 
     if not isinstance(require(Subnet, "ipv6_cidr_block_association_set"), property):
-        raise HookError(f"{_path(Subnet)}.ipv6_cidr_block_association_set is not a property")
+        raise HookError(f"{dotted_name(Subnet)}.ipv6_cidr_block_association_set is not a property")
 
     def ipv6_cidr_block_association_set(self: Any) -> list[dict[str, Any]]:
         associations = require(self, "ipv6_cidr_block_associations")
@@ -874,7 +772,7 @@ def patch_groups_by_id_filter() -> Patch:
         return groups(target, group_ids, groupnames, filters)
 
     return together(
-        f"{_path(SecurityGroupBackend)} group-id filters",
+        f"{dotted_name(SecurityGroupBackend)} group-id filters",
         [
             replace(
                 SecurityGroupBackend, "describe_security_group_rules", describe_security_group_rules
@@ -990,14 +888,6 @@ def patch_atomic_writes() -> Patch:
     )
 
 
-def matches_event_pattern(pattern: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
-    """EventBridge's matching, as moto implements it (`moto.events.models.EventPattern`)."""
-    from moto.events.models import EventPattern
-
-    message: Any = dict(event)
-    return bool(EventPattern.load(json.dumps(pattern)).matches_event(message))
-
-
 def patch_events_envelope() -> Patch:
     """Deliver EventBridge events to targets with their `account` field, as AWS does.
 
@@ -1012,7 +902,7 @@ def patch_events_envelope() -> Patch:
     template = require(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE")
     if '"version": "0", ' not in template or '"account"' in template:
         raise HookError(
-            f"{_path(EventTemplateParser)}.DEFAULT_EVENT_INPUT_TEMPLATE changed (moto upgraded?)"
+            f"{dotted_name(EventTemplateParser)}.DEFAULT_EVENT_INPUT_TEMPLATE changed (moto upgraded?)"
         )
     fixed = template.replace('"version": "0", ', '"version": "0", "account": "<account>", ')
     return replace(EventTemplateParser, "DEFAULT_EVENT_INPUT_TEMPLATE", fixed)
@@ -1274,140 +1164,6 @@ def on_ec2_write(listener: WriteListener) -> Patch:
     ]
 
     return together("EC2 write listener", patches)
-
-
-# Reading moto state directly (test tooling only) ------------------------------------------
-
-
-def ec2_backend(region: str, account_id: str = ACCOUNT_ID) -> Any:
-    """`moto.ec2.models.ec2_backends[account][region]`: the EC2Backend clients talk to."""
-    from moto.ec2.models import ec2_backends
-
-    return ec2_backends[account_id][region]
-
-
-def security_group_rule_docs(backend: Any, group_ids: Iterable[str]) -> list[dict[str, Any]]:
-    """Ingress and egress rules of groups in describe-security-group-rules shape.
-
-    Reads `SecurityGroupBackend.groups` and the rules' tags from `TagBackend.tags` without
-    an API call, so neither faults on Describe* nor request counters see the monitor.
-    """
-    wanted = set(group_ids)
-    tags_by_resource: Mapping[str, Mapping[str, str]] = require(backend, "tags")
-    docs: list[dict[str, Any]] = []
-    groups = require(backend, "groups")
-    for by_id in list(groups.values()):
-        for group in list(by_id.values()):
-            if group.id not in wanted:
-                continue
-            for rule in [*group.ingress_rules, *group.egress_rules]:
-                docs.append(_rule_doc(rule, tags_by_resource.get(rule.id, {})))
-    return docs
-
-
-def _rule_doc(rule: Any, tags: Mapping[str, str]) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "SecurityGroupRuleId": rule.id,
-        "GroupId": rule.group_id,
-        "IsEgress": bool(rule.is_egress),
-        "IpProtocol": rule.ip_protocol,
-        "FromPort": -1 if rule.from_port is None else int(rule.from_port),
-        "ToPort": -1 if rule.to_port is None else int(rule.to_port),
-    }
-    if rule.cidr_ipv4:
-        doc["CidrIpv4"] = rule.cidr_ipv4
-    if rule.cidr_ipv6:
-        doc["CidrIpv6"] = rule.cidr_ipv6
-    if rule.prefix_list_id:
-        doc["PrefixListId"] = rule.prefix_list_id
-    if rule.source_group:
-        doc["ReferencedGroupInfo"] = {"GroupId": rule.source_group.get("GroupId")}
-    if rule.description:
-        doc["Description"] = rule.description
-    doc["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-    return doc
-
-
-# CloudFormation stacks -----------------------------------------------------------------------
-
-
-def cloudformation_stack(stack_name: str, region: str, account_id: str = ACCOUNT_ID) -> Any:
-    """`moto.cloudformation.models.cloudformation_backends[account][region].get_stack(name)`."""
-    from moto.cloudformation.models import cloudformation_backends
-
-    backend = cloudformation_backends[account_id][region]
-    getter = require(backend, "get_stack")
-    return getter(stack_name)
-
-
-def stack_attribute(
-    stack_name: str, logical_id: str, attribute: str, region: str, account_id: str = ACCOUNT_ID
-) -> Any:
-    """What `!GetAtt logical_id.attribute` resolves to in a created stack.
-
-    CloudFormation has no API for it (only Outputs); moto's engine resolves it with the
-    resource model's `get_cfn_attribute`, found in the stack's
-    `moto.cloudformation.parsing.ResourceMap` (`Stack.resource_map`). KeyError when the
-    stack has no such resource or moto did not create it.
-    """
-    stack = cloudformation_stack(stack_name, region, account_id)
-    resources = require(stack, "resource_map")
-    if logical_id not in resources.resources:
-        raise KeyError(logical_id)
-    resource = resources[logical_id]
-    if resource is None:
-        raise KeyError(f"{logical_id} was not created")
-    return require(resource, "get_cfn_attribute")(attribute)
-
-
-def stack_condition(
-    stack_name: str, condition: str, region: str, account_id: str = ACCOUNT_ID
-) -> bool:
-    """Whether a template condition holds in a created stack, as moto's engine evaluated
-    it (`moto.cloudformation.parsing.ResourceMap.lazy_condition_map`)."""
-    stack = cloudformation_stack(stack_name, region, account_id)
-    resources = require(stack, "resource_map")
-    conditions = require(resources, "lazy_condition_map")
-    return bool(conditions[condition])
-
-
-@dataclass
-class Recorder:
-    """A thread-safe list of floats (the interpreter runs in its own thread).
-
-    `subscribe` adds a listener called with each value right after it is recorded, in the
-    interpreter's thread: a test can act at the moment a Wait state or a Retry backoff
-    starts (stop the execution, inject a fault) without patching anything.
-    """
-
-    values: list[float] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _listeners: list[Callable[[float], None]] = field(default_factory=list, repr=False)
-
-    def __call__(self, value: float) -> None:
-        with self._lock:
-            self.values.append(value)
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener(value)
-
-    def subscribe(self, listener: Callable[[float], None]) -> Patch:
-        with self._lock:
-            self._listeners.append(listener)
-
-        def undo() -> None:
-            with self._lock:
-                self._listeners.remove(listener)
-
-        return Patch("Recorder listener", undo)
-
-    def snapshot(self) -> list[float]:
-        with self._lock:
-            return list(self.values)
-
-    def clear(self) -> None:
-        with self._lock:
-            self.values.clear()
 
 
 install_dispatcher()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import moto_hooks, patching
 from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
 
 WRITES = ("AuthorizeSecurityGroupIngress", "RevokeSecurityGroupIngress", "ModifySecurityGroupRules")
@@ -47,7 +47,7 @@ class RateLimitStats:
         }
 
 
-class Ec2RateLimit(moto_hooks.PatchSet):
+class Ec2RateLimit(patching.PatchSet):
     """Context manager: the bucket on EC2 writes and the faster clock, for one runtime."""
 
     def __init__(
@@ -65,7 +65,7 @@ class Ec2RateLimit(moto_hooks.PatchSet):
         self._tokens = float(capacity)
         self._last = 0.0
         self._lock = threading.Lock()
-        self._patches: list[moto_hooks.Patch] = []
+        self._patches: list[patching.Patch] = []
 
     # The simulated clock -----------------------------------------------------------------
 
@@ -262,7 +262,7 @@ class ReadLimitStats:
         }
 
 
-class AwsReadLimits(moto_hooks.PatchSet):
+class AwsReadLimits(patching.PatchSet):
     """Context manager: AWS's read buckets (above) in front of moto, on a model clock.
 
     Every attempt of a call takes a token from each bucket it draws on, or fails with the
@@ -288,7 +288,7 @@ class AwsReadLimits(moto_hooks.PatchSet):
         self.stats = ReadLimitStats()
         self._buckets: dict[str, Bucket] = {}
         self._lock = threading.Lock()
-        self._patches: list[moto_hooks.Patch] = []
+        self._patches: list[patching.Patch] = []
 
     def now(self) -> float:
         return self.clock.now()
@@ -389,7 +389,7 @@ class AwsReadLimits(moto_hooks.PatchSet):
         return self
 
 
-def _patch_botocore_sleep(sleep: Callable[[float], None]) -> moto_hooks.Patch:
+def _patch_botocore_sleep(sleep: Callable[[float], None]) -> patching.Patch:
     """botocore's retries sleep with `time.sleep` in `botocore.endpoint`: on the model's clock."""
     import botocore.endpoint
 
@@ -399,10 +399,10 @@ def _patch_botocore_sleep(sleep: Callable[[float], None]) -> moto_hooks.Patch:
     def undo() -> None:
         setattr(botocore.endpoint, "time", saved)  # noqa: B010
 
-    return moto_hooks.Patch("botocore.endpoint.time.sleep", undo)
+    return patching.Patch("botocore.endpoint.time.sleep", undo)
 
 
-def _quiet_unmodelled_throttle() -> moto_hooks.Patch:
+def _quiet_unmodelled_throttle() -> patching.Patch:
     """moto warns that ELBv2's service model lists no `ThrottlingException` shape; AWS
     returns that code all the same (see above), and botocore reads it from the answer."""
     saved = list(warnings.filters)
@@ -413,4 +413,4 @@ def _quiet_unmodelled_throttle() -> moto_hooks.Patch:
         for entry in reversed(saved):
             warnings.filters.insert(0, entry)  # type: ignore[attr-defined]
 
-    return moto_hooks.Patch("warnings: unmodelled ThrottlingException", undo)
+    return patching.Patch("warnings: unmodelled ThrottlingException", undo)

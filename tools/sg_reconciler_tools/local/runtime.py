@@ -31,7 +31,14 @@ from sg_reconciler import wiring
 from sg_reconciler.adapters import aws, pacing
 from sg_reconciler.core.rules import DEFAULT_OWNER
 
-from sg_reconciler_tools.local import cfn_workarounds, moto_hooks
+from sg_reconciler_tools.local import (
+    cfn_workarounds,
+    executions,
+    moto_hooks,
+    moto_state,
+    patching,
+    recorder,
+)
 from sg_reconciler_tools.local.functions import FunctionSpec, HandlerHost, Invocation
 from sg_reconciler_tools.local.stack import (
     TemplateError,
@@ -135,15 +142,15 @@ class LocalRuntime:
             "MOTO_ACCOUNT_ID": account_id,
             "AWS_MAX_ATTEMPTS": "1",
         }
-        self.waits = moto_hooks.Recorder()
-        self.retry_sleeps = moto_hooks.Recorder()
-        self.pacer_sleeps = moto_hooks.Recorder()
+        self.waits = recorder.Recorder()
+        self.retry_sleeps = recorder.Recorder()
+        self.pacer_sleeps = recorder.Recorder()
         self._mock: Any = None
         self._stopping = False
         self._deliveries = 0  # status-change events being delivered right now
         self._status_targets: list[tuple[str, dict[str, Any]]] = []  # functions, patterns
         self._delivering = threading.Condition()
-        self._patches: list[moto_hooks.Patch] = []
+        self._patches: list[patching.Patch] = []
         self._saved_environment: dict[str, str | None] = {}
         self._clients: Clients | None = None
         self._host: HandlerHost | None = None
@@ -154,7 +161,7 @@ class LocalRuntime:
         self._stack_id = ""
         self._skipped: list[SkippedResource] = []
         self._uploaded: set[str] = set()  # artifact keys in the stack's bucket
-        self._invoke_patch: moto_hooks.Patch | None = None
+        self._invoke_patch: patching.Patch | None = None
 
     # Lifecycle --------------------------------------------------------------------------
 
@@ -377,43 +384,16 @@ class LocalRuntime:
 
     def events(self, execution_arn: str) -> list[dict[str, Any]]:
         """The execution's full history, every page."""
-        paginator = self.clients.stepfunctions.get_paginator("get_execution_history")
-        found: list[dict[str, Any]] = []
-        for page in paginator.paginate(executionArn=execution_arn):
-            found.extend(dict(event) for event in page["events"])
-        return found
+        return executions.events(self.clients.stepfunctions, execution_arn)
 
     def history(self, execution_arn: str) -> list[tuple[str, str]]:
-        """(state name, event type) per history event, as the console lists them.
-
-        Execution-level events have no state (""); task and Map events carry the state
-        they belong to, found through `previousEventId`.
-        """
-        events = self.events(execution_arn)
-        by_id = {event["id"]: event for event in events}
-        return [(_state_of(event, by_id), str(event["type"])) for event in events]
+        return executions.history(self.events(execution_arn))
 
     def transitions(self, execution_arn: str) -> int:
-        """State transitions billed for a Standard workflow: one per state entered."""
-        return sum(
-            1 for event in self.events(execution_arn) if event["type"].endswith("StateEntered")
-        )
+        return executions.transitions(self.events(execution_arn))
 
     def largest_state(self, execution_arn: str) -> tuple[int, str]:
-        """The largest input or output any state of the execution carried, in bytes (as
-        Step Functions counts against its 256 KiB limit), and the state that carried it."""
-        events = self.events(execution_arn)
-        by_id = {event["id"]: event for event in events}
-        largest = (0, "")
-        for event in events:
-            for key, details in event.items():
-                if not key.endswith("EventDetails") or not isinstance(details, dict):
-                    continue
-                for field in ("input", "output"):
-                    data = details.get(field)
-                    if isinstance(data, str) and len(data.encode()) > largest[0]:
-                        largest = (len(data.encode()), _state_of(event, by_id) or event["type"])
-        return largest
+        return executions.largest_state(self.events(execution_arn))
 
     def invoke(self, function_logical_id: str, event: Any = None) -> Any:
         """Invoke a function through the Lambda API; raises `FunctionFailed` on an error."""
@@ -435,13 +415,11 @@ class LocalRuntime:
         with self._handlers.step_aside():
             yield
 
-    def before_invoke(self, listener: Callable[[str, Any], None]) -> moto_hooks.Patch:
+    def before_invoke(self, listener: Callable[[str, Any], None]) -> patching.Patch:
         """Call `listener(logical id, event)` right before each handler runs, until undone."""
         host = self._handlers
         host.before_invoke.append(listener)
-        return moto_hooks.Patch(
-            "before-invoke listener", lambda: host.before_invoke.remove(listener)
-        )
+        return patching.Patch("before-invoke listener", lambda: host.before_invoke.remove(listener))
 
     # Deployment -------------------------------------------------------------------------
 
@@ -582,7 +560,7 @@ class LocalRuntime:
             if logical_id not in self._resources
             and (
                 "Condition" not in body
-                or moto_hooks.stack_condition(
+                or moto_state.stack_condition(
                     self.stack_name, str(body["Condition"]), self.region, self.account_id
                 )
             )
@@ -596,7 +574,7 @@ class LocalRuntime:
         self._arns = {}
         for logical_id in self._resources:
             with contextlib.suppress(Exception):  # a model without an Arn attribute
-                arn = moto_hooks.stack_attribute(
+                arn = moto_state.stack_attribute(
                     self.stack_name, logical_id, "Arn", self.region, self.account_id
                 )
                 if isinstance(arn, str) and arn.startswith("arn:"):
@@ -650,7 +628,7 @@ class LocalRuntime:
         try:
             event = status_change_event(execution)
             for logical_id, pattern in self._status_targets:
-                if moto_hooks.matches_event_pattern(pattern, event):
+                if moto_state.matches_event_pattern(pattern, event):
                     try:
                         self.invoke(logical_id, event)
                     except Exception as err:
@@ -696,7 +674,7 @@ def cold_start(region: str | None = None) -> None:
 
 def patch_pacer(
     sleep: Callable[[float], None], clock: Callable[[], float] | None = None
-) -> moto_hooks.Patch:
+) -> patching.Patch:
     """Run the steps' pacer (`sg_reconciler.adapters.pacing`) on another sleep and clock.
 
     The process's read pacer is dropped on the way in and out: its buckets hold times of the
@@ -712,7 +690,7 @@ def patch_pacer(
         pacing.clock, pacing.sleep = saved
         wiring.forget_read_pacers()
 
-    return moto_hooks.Patch("sg_reconciler.adapters.pacing", undo)
+    return patching.Patch("sg_reconciler.adapters.pacing", undo)
 
 
 def status_change_event(execution: Any) -> dict[str, Any]:
@@ -765,17 +743,3 @@ def _session(region: str = REGION) -> boto3.session.Session:
 def _make_clients(region: str) -> Clients:
     session: Any = _session(region)
     return Clients(**{f.name: session.client(f.name.rstrip("_")) for f in fields(Clients)})
-
-
-def _state_of(event: Mapping[str, Any], by_id: Mapping[int, Mapping[str, Any]]) -> str:
-    if str(event["type"]).startswith("Execution"):
-        return ""
-    seen: set[int] = set()
-    current: Mapping[str, Any] | None = event
-    while current is not None and current["id"] not in seen:
-        seen.add(current["id"])
-        for key, details in current.items():
-            if key.endswith("EventDetails") and isinstance(details, Mapping) and "name" in details:
-                return str(details["name"])
-        current = by_id.get(current.get("previousEventId", 0))
-    return ""
