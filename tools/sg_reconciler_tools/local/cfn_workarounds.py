@@ -1,32 +1,12 @@
-"""Every workaround for running the stack on moto (moto 5.2.5), one function per gap.
+"""Every workaround for running the stack on moto's CloudFormation (moto 5.2.5), one per gap.
 
-The local runtime creates the stack with moto's CloudFormation (`create_stack`) from the
-template SAM translated (`stack.translate`). Where moto's engine, or a service it creates
-a resource in, lacks something the template needs, one function here bridges exactly that
-gap, and its docstring says what moto does instead. `tests/tooling/emulator/test_cfn_workarounds.py`
-shows, for each, what moto does alone and that the workaround fixes it, so a moto upgrade
-that closes a gap shows up there.
-
-Changes to the translated template (`prepare` applies them in this order):
-  name_ssm_parameters                   an SSM parameter needs a Name
-  inline_state_machine_definitions      DefinitionS3Location -> DefinitionString
-  substitute_state_machine_definitions  DefinitionSubstitutions, resolved by the engine
-  disable_sqs_event_source_mappings     moto would drain the queue at every send
-  serialize_role_policy_documents       role policies as JSON, not a Python repr
-Patches of moto's models, while the runtime runs:
-  create_state_machines_in_the_executing_backend  where the Step Functions API looks
-  update_state_machines_in_the_executing_backend  and where a stack update finds them
-  ref_layer_versions_as_arns            !Ref to a layer version is its ARN
-  apply_table_time_to_live              a table's TimeToLiveSpecification
-  match_events_as_eventbridge           schedule and disabled rules take no events
-  parse_json_templates_as_json          0.4 s of YAML parsing per start
-Reading the created stack:
-  environment_strings                   a Number parameter in an environment is text
-  lambda_rule_targets                   moto's EventBridge has no Lambda targets
-
-Resources moto's CloudFormation has no model for (the SQS queue policy, CloudWatch alarms,
-an SNS e-mail subscription) it skips, with a warning (`quiet_unsupported_resources`):
-nothing here creates them, and the runtime lists them (`LocalRuntime.skipped`).
+The runtime creates the stack with `create_stack` from the template SAM translated
+(`stack.translate`). Where moto's engine, or a service it creates a resource in, lacks
+what the template needs, one function here bridges exactly that gap: `prepare` changes
+the template, the `Patch`-returning ones change moto while the runtime runs, and two read
+the created stack. docs/local-runtime.md lists them; `test_cfn_workarounds.py` shows
+moto alone for each. Resources moto has no model for (the queue policy, alarms, an SNS
+e-mail subscription) are skipped, and the runtime lists them (`LocalRuntime.skipped`).
 """
 
 from __future__ import annotations
@@ -67,11 +47,8 @@ def _resources(template: Mapping[str, Any], kind: str) -> Iterator[tuple[str, di
 
 
 def name_ssm_parameters(template: dict[str, Any], stack_name: str) -> None:
-    """Name every AWS::SSM::Parameter the template leaves unnamed: `<stack>-<LogicalId>`.
-
-    CloudFormation names such a parameter itself; moto's `Parameter.
-    create_from_cloudformation_json` calls `put_parameter(name=None)`, which fails with
-    AttributeError and leaves the stack half created.
+    """Name every unnamed AWS::SSM::Parameter `<stack>-<LogicalId>`, as CloudFormation does
+    (moto's `Parameter.create_from_cloudformation_json` fails on `name=None`).
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ssm-parameter.html (Name)
     """
@@ -80,11 +57,8 @@ def name_ssm_parameters(template: dict[str, Any], stack_name: str) -> None:
 
 
 def inline_state_machine_definitions(template: dict[str, Any], fetch: Fetch) -> None:
-    """Turn a state machine's `DefinitionS3Location` into the `DefinitionString` it holds.
-
-    `sam package` uploads a `DefinitionUri` file and SAM points the state machine at it
-    with DefinitionS3Location; moto's `StateMachine.create_from_cloudformation_json` reads
-    only DefinitionString and creates the machine with an empty definition.
+    """Turn a state machine's `DefinitionS3Location` (where `sam package` put its file) into
+    the `DefinitionString` it holds; moto reads only DefinitionString.
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
@@ -99,14 +73,9 @@ def inline_state_machine_definitions(template: dict[str, Any], fetch: Fetch) -> 
 
 
 def substitute_state_machine_definitions(template: dict[str, Any]) -> None:
-    """Apply `DefinitionSubstitutions` to the definition, with the values the engine resolves.
-
-    moto ignores DefinitionSubstitutions, so `${Name}` placeholders stay in the machine's
-    definition. The definition becomes an `Fn::Join` of its text and the substitutions'
-    values (a !GetAtt, a !Ref...), so moto's engine resolves each as CloudFormation does
-    and the text is substituted as Step Functions does (the definition is parsed after,
-    so a placeholder may stand for a number). A `${Name}` without an entry is refused: it
-    would reach Step Functions as literal text.
+    """Apply `DefinitionSubstitutions`, which moto ignores: the definition becomes an `Fn::Join`
+    of its text and the substitutions' values, so moto's engine resolves each; a `${Name}`
+    without an entry is refused (it would reach Step Functions as text).
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
@@ -129,7 +98,8 @@ def substitute_state_machine_definitions(template: dict[str, Any]) -> None:
 
 def _definition_parts(logical_id: str, definition: Any) -> list[Any]:
     """A DefinitionString as a list of text and intrinsics (SAM writes an inline Definition
-    as an Fn::Join of its lines)."""
+    as an Fn::Join of its lines).
+    """
     if isinstance(definition, str):
         return [definition]
     if isinstance(definition, dict) and list(definition) == ["Fn::Join"]:
@@ -163,13 +133,9 @@ def _substitute(logical_id: str, part: Any, substitutions: Mapping[str, Any]) ->
 
 
 def disable_sqs_event_source_mappings(template: dict[str, Any]) -> None:
-    """Create a function's SQS event-source mappings disabled.
-
-    moto's SQS hands every message to an enabled mapping's function the moment it is sent
-    (`Queue.add_message`: inside SendMessage or EventBridge's delivery, one record per
-    call) and deletes it: no batching window, no batches, and the queue is always empty.
-    Disabled, the queue keeps its messages and the tests and the demo play Lambda's poller
-    (receive a batch, invoke the function, delete what it processed).
+    """Create a function's SQS event-source mappings disabled: moto hands every message to an
+    enabled mapping's function the moment it is sent, one record per call, and deletes it.
+    Disabled, the queue keeps its messages and the runtime plays Lambda's poller.
 
     Tooling: the tests and the demo read the queue as Lambda's poller would.
     """
@@ -184,12 +150,8 @@ def disable_sqs_event_source_mappings(template: dict[str, Any]) -> None:
 
 
 def serialize_role_policy_documents(template: dict[str, Any]) -> None:
-    """Hand moto a role's inline policy documents as JSON text (`Fn::ToJsonString`).
-
-    moto's `Role.create_from_cloudformation_json` stores a `Policies[].PolicyDocument`
-    object as it is, and GetRolePolicy then answers with its Python repr (single quotes),
-    which no JSON reader takes. As text, the document is stored and returned as JSON; the
-    engine still resolves the intrinsics inside it first.
+    """Hand moto a role's inline policy documents as JSON text (`Fn::ToJsonString`): moto
+    stores an object as it is, and GetRolePolicy answers with its Python repr.
 
     AWS: https://docs.aws.amazon.com/IAM/latest/APIReference/API_GetRolePolicy.html
     """
@@ -201,10 +163,8 @@ def serialize_role_policy_documents(template: dict[str, Any]) -> None:
 
 
 def environment_strings(variables: Mapping[str, Any]) -> dict[str, str]:
-    """A function's environment as Lambda holds it: every value a string.
-
-    moto keeps a Number parameter's value as the int it parsed (a `!Ref WritesPerSecond`
-    comes back as 1000 from GetFunctionConfiguration); CloudFormation passes strings.
+    """A function's environment as Lambda holds it, every value a string (moto keeps a Number
+    parameter as the int it parsed).
 
     AWS: https://docs.aws.amazon.com/lambda/latest/api/API_Environment.html
     """
@@ -220,13 +180,9 @@ def _text(value: Any) -> str:
 
 
 def lambda_rule_targets(events: Any, rule_names: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """(function name, event pattern) for each Lambda target of the stack's pattern rules.
-
-    moto's EventBridge (`Rule.send_to_targets`) delivers to SQS queues, log groups and
-    buses; an event matching a rule with a Lambda target makes PutEvents raise
-    NotImplementedError. The runtime delivers the events it makes (Step Functions status
-    changes) to these functions itself, never through PutEvents, reading the rules as
-    the engine deployed them (patterns with their !Ref resolved, targets, enabled state).
+    """(function name, event pattern) for each Lambda target of the stack's enabled pattern
+    rules: moto's EventBridge raises NotImplementedError for a Lambda target, so the runtime
+    delivers the events it makes (Step Functions status changes) to these itself.
 
     Tooling: moto's EventBridge cannot invoke a Lambda target; the runtime does.
     """
@@ -244,15 +200,10 @@ def lambda_rule_targets(events: Any, rule_names: list[str]) -> list[tuple[str, d
 
 
 def create_state_machines_in_the_executing_backend() -> patching.Patch:
-    """Create a stack's state machines where executions run.
-
-    With `stepfunctions.execute_state_machine` (`moto_hooks.new_mock`), the Step
-    Functions API is served by `moto.stepfunctions.parser.models.
-    stepfunctions_parser_backends`; moto's `StateMachine.create_from_cloudformation_json`
-    creates the machine in `moto.stepfunctions.models.stepfunctions_backends`, where the
-    API never looks: the stack's machine could not be described or started. The
-    replacement is moto's own, with the backend the API uses (which also validates the
-    definition, as CreateStateMachine does) and the `StateMachineType` moto's drops.
+    """Create a stack's state machines where executions run: moto's
+    `StateMachine.create_from_cloudformation_json` creates them in the backend the API never
+    looks at when the interpreter is on. The replacement is moto's own call on the API's
+    backend (which validates the definition), with the `StateMachineType` moto's drops.
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
@@ -287,14 +238,9 @@ def create_state_machines_in_the_executing_backend() -> patching.Patch:
 
 
 def update_state_machines_in_the_executing_backend() -> patching.Patch:
-    """Update a stack's state machines where executions run (a stack update, `update_stack`).
-
-    moto's `StateMachine.update_from_cloudformation_json` updates the machine in
-    `moto.stepfunctions.models.stepfunctions_backends`, where
-    `create_state_machines_in_the_executing_backend` did not create it: the update fails
-    with `StateMachineDoesNotExist`. The replacement updates the definition and role in the
-    backend the API uses, in place, as AWS does when the name stays (the template names no
-    machine, so it always stays).
+    """Update a stack's state machines where executions run (moto's update looks in the other
+    backend and fails with `StateMachineDoesNotExist`): definition and role, in place, as
+    AWS does when the name stays.
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """
@@ -325,14 +271,8 @@ def update_state_machines_in_the_executing_backend() -> patching.Patch:
 
 
 def ref_layer_versions_as_arns() -> patching.Patch:
-    """`!Ref` to an `AWS::Lambda::LayerVersion` is its ARN, as on AWS (the resource's Ref in
-    the CloudFormation template reference).
-
-    moto's `LayerVersion` has no `physical_resource_id`, so its engine resolves the Ref to
-    the model object itself. Creating a function drops `Layers` (moto keeps none), so the
-    object went unseen; a stack update passes `Layers` to
-    `LambdaFunction.update_configuration`, which looks each entry up as an ARN and fails
-    (`'LayerVersion' object has no attribute 'replace'`).
+    """`!Ref` to an `AWS::Lambda::LayerVersion` is its ARN: moto's `LayerVersion` has no
+    `physical_resource_id`, so a stack update passed the model object as a layer ARN.
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-lambda-layerversion.html (Ref)
     """
@@ -345,12 +285,8 @@ def ref_layer_versions_as_arns() -> patching.Patch:
 
 
 def apply_table_time_to_live() -> patching.Patch:
-    """Give a stack's DynamoDB tables their `TimeToLiveSpecification`.
-
-    moto's `Table.create_from_cloudformation_json` (moto.dynamodb.models.table) creates the
-    table without it: DescribeTimeToLive says DISABLED for the lock and plan tables. The
-    replacement creates the table as moto does, then applies the specification as
-    UpdateTimeToLive does (moto never expires items either way).
+    """Give a stack's DynamoDB tables their `TimeToLiveSpecification` (moto's
+    `Table.create_from_cloudformation_json` drops it); moto never expires items either way.
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-dynamodb-table-timetolivespecification.html
     """
@@ -384,12 +320,9 @@ def apply_table_time_to_live() -> patching.Patch:
 
 
 def match_events_as_eventbridge() -> patching.Patch:
-    """Deliver a PutEvents event only to the enabled rules whose pattern it matches.
-
-    moto's `Rule.send_to_targets` (moto.events.models) offers every event to every rule of
-    the bus: a schedule rule (no pattern, and `EventPattern.matches_event` of no pattern
-    is True) and a DISABLED rule too. SAM's `Schedule` event makes a schedule rule with a
-    Lambda target, for which moto raises NotImplementedError: every PutEvents failed.
+    """Deliver an event only to enabled rules whose pattern it matches: moto's
+    `Rule.send_to_targets` offers it to schedule and DISABLED rules too, and a schedule
+    rule's Lambda target made every PutEvents raise NotImplementedError.
 
     AWS: https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutRule.html and API_DisableRule.html
     """
@@ -406,11 +339,8 @@ def match_events_as_eventbridge() -> patching.Patch:
 
 
 def parse_json_templates_as_json() -> patching.Patch:
-    """Parse a JSON template body with `json`, YAML ones as moto does.
-
-    moto's `Stack.parse_template` reads every body with PyYAML's pure-Python `yaml.Loader`
-    (JSON is YAML), which takes about 0.4 s for the app's translated template (86 KB, most
-    of it the state machine's definition); that was the largest single part of a start.
+    """Parse a JSON template body with `json` (moto's `Stack.parse_template` reads it with
+    PyYAML's pure-Python loader: 0.4 s for the app's template, the largest part of a start).
 
     Tooling: speed only, the template is the same.
     """
@@ -431,7 +361,7 @@ def parse_json_templates_as_json() -> patching.Patch:
 
 @contextmanager
 def quiet_unsupported_resources() -> Iterator[None]:
-    """Silence moto's warning for each resource type it skips (it repeats it on every
+    """Silence moto's warning for each resource type it skips (repeated on every
     DescribeStackResources); the runtime lists the skipped resources instead.
 
     Tooling: a warning silenced, no answer of moto's changed (`LocalRuntime.skipped`).

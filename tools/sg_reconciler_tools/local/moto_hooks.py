@@ -1,19 +1,12 @@
 """Every hook into moto, in one module (moto is pinned to 5.2.5).
 
-Faults and observation do not touch moto: `intercept_api_call` runs interceptors in
-botocore's public `before-send` event, around moto's stubber, for every client in the
-process. What moto does not offer through its API is patched, one small function per gap,
-whose docstring names the moto internal it touches and, for a fact of AWS that moto lacks,
-the AWS page it follows (`AWS: ...`), else why it is tooling (`Tooling: ...`); each but
-`install_dispatcher` (run once, at import) returns a `Patch` that undoes it
-(`test_hook_register.py` holds each to its line and to a test that shows moto alone).
-The gaps: running our Lambda handlers in-process and skipping the interpreter's real sleeping (no
-public switch), EC2, Step Functions and EventBridge behaviour moto lacks, two speed-only
-lookups (answers unchanged) and reading a created stack's attributes.
-`tests/tooling/emulator/test_moto_hooks.py` shows, for each, what moto does alone and that the patch
-fixes it, so a moto upgrade that closes a gap or moves an internal fails there instead of
-deep inside a state-machine run. The workarounds for moto's CloudFormation are in
-`cfn_workarounds`.
+Faults and observers never touch moto: `intercept_api_call` runs them in botocore's public
+`before-send` event, around moto's stubber, for every client in the process. What moto
+lacks is patched, one function per gap, whose docstring names the moto internal and says
+why: `AWS:` and the page it follows, or `Tooling:` (no public switch). Each returns a
+`Patch` that undoes it; `tests/tooling/emulator/test_hook_register.py` holds each to a
+test that shows moto alone, so a moto upgrade that closes a gap says which hook can go.
+moto's CloudFormation has its own workarounds (`cfn_workarounds`).
 """
 
 from __future__ import annotations
@@ -65,16 +58,12 @@ EC2_WRITE_OPERATIONS: Final = (
 )
 
 
-# (a) -------------------------------------------------------------------------------------
+# Lambda and Step Functions -------------------------------------------------------------
 
 
 def new_mock() -> Any:
-    """A not yet started `moto.mock_aws` that runs ASL in-process and Lambda without Docker.
-
-    `stepfunctions.execute_state_machine` selects `moto.stepfunctions.parser` (the
-    interpreter) in `moto.stepfunctions.responses.get_backend`; `lambda.use_docker: False`
-    selects `moto.awslambda_simple.models.LambdaSimpleBackend` in
-    `moto.awslambda.utils.get_backend`, whose `invoke` `patch_lambda_invoke` replaces.
+    """A not yet started `moto.mock_aws` running ASL in its interpreter and Lambda without
+    Docker (`LambdaSimpleBackend`, whose `invoke` `patch_lambda_invoke` replaces).
     """
     from moto import mock_aws
 
@@ -83,9 +72,6 @@ def new_mock() -> Any:
         "lambda": {"use_docker": False},
     }
     return mock_aws(config=config)
-
-
-# (b) -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -100,13 +86,9 @@ LambdaDispatch = Callable[[str, bytes], LambdaResult]  # (function name, request
 
 
 def patch_lambda_invoke(dispatch: LambdaDispatch) -> Patch:
-    """Replace `moto.awslambda_simple.models.LambdaSimpleBackend.invoke` (it echoes the payload).
-
-    Step Functions reaches it through a boto3 Lambda client for both
-    `arn:aws:states:::lambda:invoke` and a plain function-ARN resource
-    (`...state_task.lambda_eval_utils`); a function error travels in the
-    `x-amz-function-error` header, which the interpreter turns into a task failure whose
-    error name is the payload's `errorType`.
+    """Run our handlers where `moto.awslambda_simple.models.LambdaSimpleBackend.invoke` echoes
+    the payload; a function error travels in `x-amz-function-error`, which moto's
+    interpreter turns into a task failure named by the payload's `errorType`.
 
     AWS: https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html (X-Amz-Function-Error)
     """
@@ -131,14 +113,9 @@ def patch_lambda_invoke(dispatch: LambdaDispatch) -> Patch:
     return replace(LambdaSimpleBackend, "invoke", invoke)
 
 
-# (c) -------------------------------------------------------------------------------------
-
-
 def patch_wait_states(record: Callable[[float], None]) -> Patch:
-    """Make Wait states return at once, recording the seconds they asked for.
-
-    Replaces `moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function
-    .WaitFunction._wait_interval`, which blocks on `env.program_state_event.wait(seconds)`.
+    """Make Wait states return at once, recording their seconds (moto's
+    `WaitFunction._wait_interval` blocks on an event for them).
 
     Tooling: a Wait state would hold a test for its seconds; moto has no switch.
     """
@@ -164,10 +141,8 @@ class _RecordingClock:
 
 
 def patch_retry_sleep(record: Callable[[float], None]) -> Patch:
-    """Make Retry backoff return at once, recording each interval (after backoff and jitter).
-
-    `moto.stepfunctions.parser.asl.component.common.retry.retrier_decl.RetrierDecl._eval_body`
-    calls `time.sleep(interval)` through its module global `time`; that global is swapped.
+    """Make Retry backoff return at once, recording each interval (moto's
+    `RetrierDecl._eval_body` calls `time.sleep` through its module global, swapped here).
 
     Tooling: Retry backoff would hold a test for minutes; moto has no switch.
     """
@@ -178,21 +153,13 @@ def patch_retry_sleep(record: Callable[[float], None]) -> Patch:
     return replace(retrier_decl, "time", _RecordingClock(record))
 
 
-# States.ALL as AWS has it: "States.ALL ... can't catch the States.DataLimitExceeded terminal
-# error type and runtime error types" and "a retry or catch on States.ALL won't catch
-# States.Runtime errors" (AWS Step Functions Developer Guide, "Handling errors in Step
-# Functions workflows", Error names). moto's ErrorEqualsDecl matches States.ALL to every
-# error, so locally a runtime error ran the ASL's own cleanup where AWS ends the execution
-# at that state (and only the lock janitor frees its locks).
+# "A retry or catch on States.ALL won't catch States.Runtime errors" (nor DataLimitExceeded).
 UNCATCHABLE_BY_ALL = frozenset({"States.Runtime", "States.DataLimitExceeded"})
 
 
 def patch_states_all_as_aws() -> Patch:
-    """States.ALL in a Retry or Catch no longer matches States.Runtime or
-    States.DataLimitExceeded (naming them explicitly still does, as ErrorEquals compares names).
-
-    Wraps `moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl
-    .ErrorEqualsDecl._eval_body`, which pops the error name and pushes whether it matched.
+    """States.ALL no longer catches States.Runtime or States.DataLimitExceeded (moto's
+    `ErrorEqualsDecl._eval_body` matches it to every error); naming them still does.
 
     AWS: https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html
     """
@@ -216,7 +183,7 @@ def patch_states_all_as_aws() -> Patch:
     return replace(decl, "_eval_body", _eval_body)
 
 
-# (d) -------------------------------------------------------------------------------------
+# EC2 security groups -------------------------------------------------------------------
 
 
 def _rule_identity(rule: Any) -> tuple[object, ...]:
@@ -234,15 +201,10 @@ def _rule_identity(rule: Any) -> tuple[object, ...]:
 
 
 def patch_duplicate_ignores_description() -> Patch:
-    """Judge duplicates as EC2 does: a rule differing only in its description is a duplicate.
-
-    Replaces `moto.ec2.models.security_groups.SecurityGroupRule.__eq__`, which
-    `authorize_security_group_ingress` uses (`rule in group.ingress_rules`) to raise
-    `InvalidPermission.Duplicate`; in 5.2.5 it compares a referenced group's whole dict,
-    Description included, so a second group rule with another description was accepted.
+    """A rule differing only in its description is a duplicate, as in EC2 (moto's
+    `SecurityGroupRule.__eq__` compares a referenced group's Description too).
 
     AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_UpdateSecurityGroupRuleDescriptionsIngress.html
-    (a description is changed on the rule it names, so it is no part of the rule's identity)
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -255,12 +217,8 @@ def patch_duplicate_ignores_description() -> Patch:
 
 
 def patch_group_rule_description() -> Patch:
-    """Show the description of a rule that references a group, as EC2 does.
-
-    `moto.ec2.models.security_groups.SecurityGroupRule.description` reads only
-    `ip_range["Description"]`; a referenced-group rule keeps its description in
-    `source_group`, so describe dropped it. `modify_security_group_rules` writes a new
-    description into `ip_range`, so that one wins.
+    """Show a group-referencing rule's description (moto's `SecurityGroupRule.description`
+    reads only `ip_range`; such a rule keeps it in `source_group`).
 
     AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SecurityGroupRule.html
     """
@@ -276,15 +234,10 @@ def patch_group_rule_description() -> Patch:
 
 
 def patch_authorize_returns_all_rules() -> Patch:
-    """Return every rule a multi-permission authorize added, not only the last permission's.
-
-    Replaces `moto.ec2.responses.security_groups.SecurityGroups.authorize_security_group_ingress`:
-    in 5.2.5 it loops over the IpPermissions and returns the rules of the last one only, so
-    the `SecurityGroupRules` of the response missed ids that AWS returns. Like moto (and as
-    AWS does not promise otherwise), a permission that fails keeps the earlier ones applied.
+    """Return every rule a multi-permission authorize added (moto's response returns the last
+    permission's only); a failing permission keeps the earlier ones, as in moto.
 
     AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_AuthorizeSecurityGroupIngress.html
-    (SecurityGroupRules: "the inbound (ingress) security group rules that were added")
     """
     from moto.core.responses import ActionResult
     from moto.ec2.responses.security_groups import SecurityGroups
@@ -303,14 +256,10 @@ def patch_authorize_returns_all_rules() -> Patch:
 
 
 def patch_cidr_host_bits_masked() -> Patch:
-    """Store a rule's CIDR with its host bits cleared, as EC2 does (10.0.0.1/8 -> 10.0.0.0/8).
+    """Store a rule's CIDR as its network, as EC2 does (moto's `SecurityGroupRule.__init__`
+    keeps 10.0.0.1/8 as given; `modify_security_group_rules` still does).
 
-    Wraps `moto.ec2.models.security_groups.SecurityGroupRule.__init__`, which stores
-    `ip_range["CidrIp"]` / `["CidrIpv6"]` as given; the duplicate check and describe then
-    see the masked network. (`modify_security_group_rules` still stores what it is given.)
-
-    AWS: https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html (a CIDR
-    source is a network; EC2 answers with the network of a CIDR given with host bits)
+    AWS: https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html
     """
     from moto.ec2.models.security_groups import SecurityGroupRule
 
@@ -332,9 +281,9 @@ AWS_RULE_QUOTA: Final = 60  # inbound rules per group, per family (Service Quota
 
 
 def rule_units(backend: Any, rules: Iterable[Any]) -> tuple[int, int]:
-    """IPv4 and IPv6 rule units of ingress rules, counted as AWS counts them: a group
-    reference counts in both families, a prefix-list reference as its MaxEntries in its
-    family (1 when moto keeps no MaxEntries, as for AWS-managed lists)."""
+    """IPv4 and IPv6 rule units of ingress rules, as AWS counts them: a group reference in both
+    families, a prefix list as its MaxEntries in its family (1 when moto keeps none).
+    """
     v4 = v6 = 0
     for rule in rules:
         if rule.prefix_list_id:
@@ -354,13 +303,9 @@ def rule_units(backend: Any, rules: Iterable[Any]) -> tuple[int, int]:
 
 
 def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
-    """Refuse an ingress authorize past the quota as AWS counts it (see `rule_units`).
-
-    Wraps `moto.ec2.models.security_groups.SecurityGroupBackend.authorize_security_group_ingress`
-    (one IpPermission); in 5.2.5 its `_verify_group_will_respect_rule_count_limit` counts
-    IPv4 and IPv6 rules together and prefix lists not at all. The wrapper runs moto's call
-    with that check off, then takes the permission's rules back out and raises
-    `RulesPerSecurityGroupLimitExceeded` when either family is over `limit`.
+    """Refuse an ingress authorize past the quota as AWS counts it (`rule_units`); moto's
+    `_verify_group_will_respect_rule_count_limit` counts both families together and prefix
+    lists not at all, so it is kept for egress only.
 
     AWS: https://docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html#vpc-limits-security-groups
     """
@@ -436,8 +381,9 @@ def eni_prefixes(eni_id: str, family: str) -> list[str]:
 
 
 def _aws_prefix(value: object, family: str) -> str:
-    """`value` as AWS prints it (IPv6 compressed, lower case), or EC2's InvalidParameterValue
-    for what AWS refuses: not a network, host bits set, or not a /28 (IPv4) or /80 (IPv6)."""
+    """`value` as AWS prints it, or EC2's InvalidParameterValue for what AWS refuses: not a
+    network, host bits set, or not a /28 (IPv4) or /80 (IPv6).
+    """
     version, length = _PREFIX_FAMILIES[family]
     try:
         network = ipaddress.ip_network(str(value))
@@ -452,11 +398,10 @@ def _aws_prefix(value: object, family: str) -> str:
 
 
 def _record_prefixes(service: str, operation: str, proceed: Proceed) -> Any:
-    """Interceptor of `_PREFIX_ACTIONS`: the request's prefixes (`Ipv4Prefix.N`, or
-    `Ipv4Prefix.N.Ipv4Prefix` in CreateNetworkInterface), checked as AWS checks them, are
-    recorded on the ENI once moto has applied the rest of the call (against a moto server,
-    whose answer comes later, when it is sent). A `*PrefixCount` (EC2 picks free prefixes)
-    is refused: nothing here picks them."""
+    """Interceptor of `_PREFIX_ACTIONS`: the request's prefixes, checked as AWS checks them,
+    recorded on the ENI once moto applied the rest of the call. A `*PrefixCount` is refused:
+    nothing here picks free prefixes.
+    """
     families, assign = _PREFIX_ACTIONS[operation]
     params = current_request_params()
     if any(f"{family}Count" in params for family in families):
@@ -488,23 +433,12 @@ def _record_prefixes(service: str, operation: str, proceed: Proceed) -> Any:
 
 
 def patch_eni_delegated_prefixes() -> Patch:
-    """Keep delegated prefixes on network interfaces, as EC2 does; moto 5.2.5 ignores them.
+    """Keep delegated prefixes on network interfaces (moto ignores them): the writes are read
+    in `before-send`; properties added to moto's `NetworkInterface` render them, and ones on
+    `Instance` with entries in `filter_dict_attribute_mapping` give DescribeInstances its
+    prefix filters. A prefix is not checked against the subnet's CIDRs.
 
-    The writes are read in botocore's `before-send` event (`_record_prefixes`, on the
-    `_PREFIX_ACTIONS`). `ipv4_prefixes` / `ipv6_prefixes` properties added to
-    `moto.ec2.models.elastic_network_interfaces.NetworkInterface` are what moto's
-    serializer renders as `Ipv4Prefixes` / `Ipv6Prefixes`, both in DescribeNetworkInterfaces
-    and, through `Instance.network_interfaces` (the primary interface and any attached one),
-    in DescribeInstances' `NetworkInterfaces`. DescribeInstances filters with
-    `moto.ec2.utils.passes_filter_dict`, which reads the instance attribute that
-    `filter_dict_attribute_mapping` names and, for a list, keeps the instance when any
-    filter value is in it (exact match, as AWS does): the hook adds the
-    `INSTANCE_PREFIX_FILTERS` there, mapped to `delegated_ipv4_prefixes` /
-    `delegated_ipv6_prefixes` properties added to `moto.ec2.models.instances.Instance` (the
-    prefixes of its attached interfaces). A prefix is not checked against the subnet's CIDRs.
-
-    AWS: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-prefix-eni.html and the
-    filters of https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html
+    AWS: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-prefix-eni.html
     """
     from moto.ec2 import utils as ec2_utils
     from moto.ec2.models.elastic_network_interfaces import NetworkInterface
@@ -557,8 +491,7 @@ ENI_ADDRESS_FILTERS: Final = ("addresses.private-ip-address", "ipv6-addresses.ip
 
 
 def _eni_addresses(eni: Any, filter_name: str) -> list[str]:
-    """The addresses of a moto `NetworkInterface` that one `ENI_ADDRESS_FILTERS` filter reads:
-    every private IPv4 address (primary first) or every IPv6 address."""
+    """Every private IPv4 address of a moto `NetworkInterface` (primary first), or every IPv6 one."""
     if filter_name == "ipv6-addresses.ipv6-address":
         return [str(address) for address in eni.ipv6_addresses if address]
     listed = [eni.private_ip_address] + [
@@ -568,17 +501,10 @@ def _eni_addresses(eni: Any, filter_name: str) -> list[str]:
 
 
 def patch_eni_address_filters() -> Patch:
-    """Match DescribeNetworkInterfaces' address filters against every address, as EC2 does.
-
-    In 5.2.5 `moto.ec2.models.elastic_network_interfaces.NetworkInterface.get_filter_value`
-    answers `addresses.private-ip-address` with the primary address only (a secondary one,
-    from `PrivateIpAddresses` or AssignPrivateIpAddresses, is never found) and has no
-    `ipv6-addresses.ipv6-address` (FilterNotImplementedError). Returning the address list
-    from `get_filter_value` would not do: `moto.ec2.utils.is_filter_matching` matches a list
-    against several filter values as a subset or superset, not "any". So a wrapper of
-    `NetworkInterfaceBackend.get_all_network_interfaces` takes the `ENI_ADDRESS_FILTERS`
-    out of the filters, lets moto apply the rest (`vpc-id`, ...) and keeps the interfaces
-    with any address matching any value (`*` and `?` wildcards, as EC2 and moto allow).
+    """Match DescribeNetworkInterfaces' address filters against every address (moto: the
+    primary IPv4 only, no IPv6 filter); moto applies the other filters, then the wrapper of
+    `get_all_network_interfaces` keeps an interface with any address matching any value
+    (moto's `is_filter_matching` would match an address list as a subset, not "any").
 
     AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeNetworkInterfaces.html
     """
@@ -611,14 +537,8 @@ def patch_eni_address_filters() -> Patch:
 
 
 def patch_subnet_ipv6_state() -> Patch:
-    """Print a subnet's `Ipv6CidrBlockState` as the structure EC2 sends: `{"State": ...}`.
-
-    `moto.ec2.models.subnets.Subnet.ipv6_cidr_block_association_set` (rendered by
-    CreateSubnet and DescribeSubnets) nests the stored state dict once more,
-    `{"state": {"State": "associated"}}`, so boto3 got the text "{'State': 'associated'}" as
-    the state. The replacement property renders the stored state itself, keeping moto's
-    choice of listing associated blocks only. AssociateSubnetCidrBlock returns the stored
-    association and was right already.
+    """Print a subnet's `Ipv6CidrBlockState` as a structure (moto's
+    `Subnet.ipv6_cidr_block_association_set` nests it once more, so boto3 read it as text).
 
     AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SubnetCidrBlockState.html
     """
@@ -665,25 +585,16 @@ _LITERAL_ID: Final = re.compile(r"[A-Za-z0-9-]+")
 
 
 class _GroupsView:
-    """What `SecurityGroupBackend.describe_security_group_rules` and
-    `describe_security_groups` read of their backend (`self.groups`, by VPC then group id),
-    narrowed to some groups, in moto's own order."""
+    """A backend narrowed to some groups (`groups`, by VPC then id), in moto's order."""
 
     def __init__(self, groups: dict[str, dict[str, Any]]) -> None:
         self.groups = groups
 
 
 def patch_tag_lookup_by_resource() -> Patch:
-    """Read one resource's tags from moto's tag map by its id (speed only: same answer).
-
-    `moto.ec2.models.core.TaggedEC2Resource.get_tags`, which every describe calls to print
-    or filter on a resource's tags, asks `moto.ec2.models.tags.TagBackend.describe_tags`
-    for `{"resource-id": [id]}`; in 5.2.5 that compiles the id into a pattern and matches it
-    against every tagged resource of the region, so a describe of N tagged things costs
-    N x (every tag), quadratic in the world (most of a 400-group first reconcile's time).
-    The wrapper answers a filter of exactly one literal id (letters, digits, `-`: no glob)
-    from `TagBackend.tags[id]`, with the rows moto builds, in moto's order; any other
-    filter goes to moto.
+    """Answer one literal resource id's tags from moto's tag map (moto's
+    `TagBackend.describe_tags` matches the id against every tag of the region, so a
+    describe of N tagged things costs N x every tag).
 
     Tooling: speed only, the answers are moto's.
     """
@@ -733,20 +644,10 @@ def _narrowed(groups: dict[str, dict[str, Any]], named: set[str]) -> _GroupsView
 
 
 def patch_groups_by_id_filter() -> Patch:
-    """Look only at the named groups for a `group-id` filter (speed only: same answer).
+    """Run moto's `describe_security_group_rules` and `describe_security_groups` on only the
+    groups a literal `group-id` filter names (moto matches every group of the region).
 
-    `moto.ec2.models.security_groups.SecurityGroupBackend.describe_security_group_rules`
-    copies every rule of every group in the region, then matches each against the filters
-    (the `group-id` one by a regular expression per rule and value);
-    `describe_security_groups` matches every group of the region the same way. Reading
-    the groups in batches of 200 ids so cost (all groups) x 200 patterns per call,
-    quadratic in the world. When the `group-id` values are all literal ids (no glob) and no
-    ids or names come beside the filters (SecurityGroupRuleIds, GroupIds, GroupNames: moto
-    checks those exist), the wrappers run moto's own method on a
-    view of the backend holding only those groups, in moto's order: moto still validates
-    the ids, sets missing ports to -1 and applies every filter, so the answer is the same.
-
-    Tooling: speed only, the answers are moto's.
+    Tooling: speed only, the answers are moto's (it still validates and filters).
     """
     from moto.ec2.models.security_groups import SecurityGroupBackend
 
@@ -786,23 +687,16 @@ def patch_ec2_lookups() -> list[Patch]:
     """The speed-only EC2 patches (answers unchanged), in the order they are applied.
 
     Measured on tests/workflow/test_rollback_at_scale.py (process CPU): 58.0 s without,
-    40.0 s with the tag lookup, 34.4 s with both."""
+    40.0 s with the tag lookup, 34.4 s with both.
+    """
     return [patch_tag_lookup_by_resource(), patch_groups_by_id_filter()]
 
 
 def on_execution_end(listener: Callable[[Any], None]) -> Patch:
-    """Call `listener(execution)` once when a Step Functions execution reaches its final
-    status, and make StopExecution end the execution at once, as on AWS.
-
-    moto emits no EventBridge "Execution Status Change" event: the local runtime delivers
-    one from the listener. It runs in the execution's worker thread from
-    `moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication.
-    _reflect_execution_status` (which sets `exec_status` once the program ends), or in the
-    caller's thread from `Execution.stop`. moto 5.2.5's `stop` only flags the program: the
-    status stayed RUNNING until the interpreter left the state it was in (a Lambda task
-    returned). Now the status is ABORTED at once and stays so, while a Lambda task already
-    running goes on ("Stopping an execution does not stop a Lambda invocation already
-    running").
+    """Call `listener(execution)` once when an execution ends, and make StopExecution abort it
+    at once (a Lambda task already running goes on). moto sends no status-change event and
+    its `Execution.stop` left the status RUNNING until the current task returned. The
+    listener runs in the execution's worker thread, or in the caller's for a stop.
 
     AWS: https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html and
     https://docs.aws.amazon.com/step-functions/latest/apireference/API_StopExecution.html
@@ -847,8 +741,6 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
     )
 
 
-# Writes AWS applies atomically per call; moto's backends check and change state without a
-# lock, so two threads could both pass one conditional write.
 ATOMIC_WRITES: Final[Mapping[str, tuple[str, ...]]] = {
     "dynamodb": ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"),
     "ec2": (
@@ -862,13 +754,8 @@ ATOMIC_WRITES: Final[Mapping[str, tuple[str, ...]]] = {
 
 
 def patch_atomic_writes() -> Patch:
-    """Make each write call atomic, as AWS does: a DynamoDB conditional write is checked and
-    applied as one step (two lock-takers cannot both win), an EC2 write as one call.
-
-    moto 5.2.5 runs a request's backend method without any lock; once handlers run
-    concurrently (a Map's items), two conditional PutItem calls on one lock item could both
-    see it free. Interceptors on `intercept_api_call`'s innermost layer hold one lock per
-    service around moto's own work only (faults and observers stay outside it).
+    """Make each write call atomic, as AWS does (moto runs a backend method without a lock, so
+    two concurrent conditional PutItems could both win): one lock per service, innermost.
 
     AWS: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html
     """
@@ -889,11 +776,8 @@ def patch_atomic_writes() -> Patch:
 
 
 def patch_events_envelope() -> Patch:
-    """Deliver EventBridge events to targets with their `account` field, as AWS does.
-
-    `moto.events.utils.EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE` (used when a target
-    has no InputTransformer) leaves `account` out of the envelope; the planner rejects events
-    without an account, so the SQS bodies moto delivers would all be ignored.
+    """Deliver EventBridge events with their `account` field (moto's
+    `EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE` leaves it out).
 
     AWS: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-events-structure.html
     """
@@ -912,12 +796,8 @@ ELB_MAX_PAGE_SIZE: Final = 400
 
 
 def patch_target_group_pages() -> Patch:
-    """Answer DescribeTargetGroups in pages of `PageSize` (1 to 400, AWS's range; 400 here
-    without one) with a `NextMarker`, as AWS does.
-
-    `moto.elbv2.responses.ELBV2Response.describe_target_groups` ignores `PageSize` and
-    `Marker` and returns every target group in one answer (its DescribeLoadBalancers does page),
-    so a listing of 3,000 target groups cost one read instead of eight.
+    """Answer DescribeTargetGroups in pages of `PageSize` (1 to 400) with a `NextMarker`
+    (moto's `ELBV2Response.describe_target_groups` answers all in one page).
 
     AWS: https://docs.aws.amazon.com/elasticloadbalancing/latest/APIReference/API_DescribeTargetGroups.html
     """
@@ -950,7 +830,7 @@ def patch_target_group_pages() -> Patch:
     return replace(ELBV2Response, "describe_target_groups", describe_target_groups)
 
 
-# (e) and (f): interception through botocore's `before-send` event ----------------------
+# Interception through botocore's `before-send` event ------------------------------------
 
 Proceed = Callable[[], Any]
 Interceptor = Callable[[str, str, Proceed], Any]  # (service, operation, proceed) -> response
@@ -976,9 +856,9 @@ _serving = threading.local()
 
 
 class AwsError(Exception):
-    """An AWS error answer: what an interceptor's `proceed()` raises when moto answered
-    with one (`response` is moto's answer, passed on as it is), and what an interceptor
-    raises to fail a call (rendered in the service's protocol with `status`)."""
+    """An AWS error answer: what `proceed()` raises when moto answered with one (`response`),
+    and what an interceptor raises to fail a call (rendered in the service's protocol).
+    """
 
     def __init__(self, code: str, message: str, status: int = 400, response: Any = None) -> None:
         super().__init__(f"{code}: {message}")
@@ -988,16 +868,14 @@ class AwsError(Exception):
 def intercept_api_call(
     service: str, operation: str, interceptor: Interceptor, *, layer: int = FAULT_LAYER
 ) -> Patch:
-    """Run `interceptor` around every HTTP attempt of one AWS API action that moto serves.
+    """Run `interceptor` around every HTTP attempt of one AWS API action moto serves.
 
-    Every botocore client in the process (ours, the handlers', the Step Functions
-    interpreter's) sends through botocore's `before-send` event, where moto's stubber
-    answers; `install_dispatcher` put `_dispatch` in the stubber's place, and it runs the
-    interceptors of the action around the stubber. `proceed()` returns moto's answer (a
-    botocore `AWSResponse`) or raises `AwsError` for an error answer; an error an
-    interceptor raises becomes the service's error answer, so botocore's retries and
-    parsers, and so the caller, see an AWS error. Interceptors nest by layer (higher is
-    outer), then by installation."""
+    Every botocore client in the process sends through `before-send`, where `_dispatch`
+    stands in moto's stubber's place. `proceed()` returns moto's answer or raises `AwsError`;
+    an error an interceptor raises becomes the service's error answer, so botocore's retries
+    and the caller see an AWS error. Interceptors nest by layer (higher is outer), then by
+    installation.
+    """
     if service not in SERVICES:
         raise ValueError(f"no hook for service {service!r}; known: {', '.join(SERVICES)}")
     if operation not in _operations(service):
@@ -1032,8 +910,9 @@ def interceptors(service: str, operation: str) -> int:
 
 
 def current_request_params() -> dict[str, Any]:
-    """Inside an interceptor: the parameters of the request being sent, a dict of lists
-    (the form-encoded body of a query/EC2 request, as moto's `querystring` had them)."""
+    """Inside an interceptor: the parameters of the request being sent (a query/EC2 request's
+    form-encoded body, as a dict of lists).
+    """
     request = getattr(_serving, "request", None)
     if request is None:
         return {}
@@ -1115,9 +994,8 @@ def _error_response(service: str, url: str, error: AwsError) -> Any:
 
 
 def install_dispatcher() -> None:
-    """Put `_dispatch` where moto put its stubber: in botocore's `BUILTIN_HANDLERS`, which
-    every session made from now on registers, and in boto3's default session if it exists
-    (a client made before this keeps moto's stubber: import this module first).
+    """Put `_dispatch` where moto put its stubber: in botocore's `BUILTIN_HANDLERS` and boto3's
+    default session (a client made before this keeps moto's stubber: import this first).
 
     Tooling: moto answers in botocore's `before-send` and offers no place around its answer
     for faults and observers; `_dispatch` calls moto's stubber unchanged.
@@ -1141,12 +1019,8 @@ WriteListener = Callable[[str, BaseException | None], None]  # (operation, error
 
 
 def on_ec2_write(listener: WriteListener) -> Patch:
-    """Call `listener` after every EC2 security-group write that reached moto's backend.
-
-    It runs whether the call returned or raised (a write can apply and still fail: a
-    multi-rule authorize keeps the rules before a duplicate, an "after" fault loses the
-    response), and not for a "before" fault, which never reaches moto. It is installed
-    with `intercept_api_call` in the innermost layer on each of `EC2_WRITE_OPERATIONS`.
+    """Call `listener` after every EC2 security-group write that reached moto, returned or
+    raised (a write can apply and still fail); a "before" fault never reaches it.
     """
 
     def observe(service: str, operation: str, proceed: Proceed) -> Any:
