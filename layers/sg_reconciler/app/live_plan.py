@@ -61,6 +61,15 @@ class LivePlan:
     narrowed: Scope | None = None  # planned from this event scope's read alone (it stands)
     vpcs: Mapping[str, str] = field(default_factory=dict)  # group id -> VPC, of the read
 
+    def planned(self, plan: Plan, groups: Collection[str] | None = None) -> Planned:
+        """What the steps under the locks need of `plan`: the desired rules of its groups (or
+        of `groups`, the locked ones) and the rules it takes away."""
+        kept = set(plan.groups if groups is None else groups)
+        return Planned(
+            tuple(r for r in self.desired if r.group_id in kept),
+            frozenset(taken_away(plan, self.current)),
+        )
+
     def needed_by(self, rule: Rule) -> tuple[str, ...]:
         """What needs a desired rule (target groups and their load balancers, static rules)."""
         return () if self.state is None else self.state.needed_by.get(rule.key, ())

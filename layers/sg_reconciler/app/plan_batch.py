@@ -102,13 +102,13 @@ def plan_batch(
         # Only a batch that starts an execution loads these (cold start: an ignored event,
         # the most frequent, needs none of them).
         from sg_reconciler.app.contracts.execution import ExecutionInput, PlanRef, Trigger
-        from sg_reconciler.app.planned import planned_by, put_planned
+        from sg_reconciler.app.planned import put_planned
         from sg_reconciler.app.scope_store import put_scope
 
         name = execution_name(plan, now)
         key = plan.plan_id()
         put_scope(store, key, live.narrowed)
-        put_planned(store, key, planned_by(live, plan))
+        put_planned(store, key, live.planned(plan))
         execution_input = ExecutionInput(
             plan_id=name,
             plan_ref=PlanRef(

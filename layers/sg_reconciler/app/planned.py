@@ -11,12 +11,10 @@ started by hand, inline) is refreshed from a full read, as before."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sg_reconciler.core.brake import taken_away
-from sg_reconciler.core.plan import Plan
 from sg_reconciler.core.ports import PlanStorage
 from sg_reconciler.core.rules import Rule, RuleError, rule_from_dict, rule_to_dict
 from sg_reconciler.errors import InvalidPlan
@@ -24,8 +22,6 @@ from sg_reconciler.errors import InvalidPlan
 PLANNED_PART = "planned"  # one item: how many desired rules and stale ids follow
 DESIRED_PART = "desired"
 STALE_PART = "stale"
-if TYPE_CHECKING:
-    from sg_reconciler.app.live_plan import LivePlan
 
 RULES_PER_PART = 400  # about 100 KB, far under DynamoDB's 400 KB item
 IDS_PER_PART = 2_000
@@ -37,16 +33,6 @@ class Planned:
 
     desired: tuple[Rule, ...]
     stale: frozenset[str]  # rule ids its plan revokes or rewrites into other traffic
-
-
-def planned_by(live: LivePlan, plan: Plan, groups: Collection[str] | None = None) -> Planned:
-    """What the steps under the locks need of a plan: the desired rules of its groups (or
-    of `groups`, the locked ones) and the rules it takes away."""
-    kept = set(plan.groups if groups is None else groups)
-    return Planned(
-        tuple(r for r in live.desired if r.group_id in kept),
-        frozenset(taken_away(plan, live.current)),
-    )
 
 
 def put_planned(store: PlanStorage, key: str, planned: Planned) -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from sg_reconciler.app.live_plan import LivePlan, compute_locked_plan, plan_from_inventory
-from sg_reconciler.app.planned import Planned, planned_by
+from sg_reconciler.app.planned import Planned
 from sg_reconciler.core.account import Inventory, LoadBalancer, SecurityGroup, Target, TargetGroup
 from sg_reconciler.core.desired import compute_desired
 from sg_reconciler.core.index_events import Version
@@ -152,7 +152,7 @@ def planner(inventory: Inventory) -> tuple[Plan, Planned]:
     """The planner's full read, and what it stores for the steps under the locks."""
     live = plan_from_inventory(inventory, policy(), Scope.everything(), partial=True)
     assert isinstance(live.result, Plan)
-    return live.result, planned_by(live, live.result)
+    return live.result, live.planned(live.result)
 
 
 def locked(inventory: Inventory, plan: Plan, planned: Planned) -> tuple[LivePlan, Reader]:
@@ -348,7 +348,7 @@ def test_the_plan_under_the_locks_never_takes_away_what_the_account_now_needs(
     planned_live, plan, now = moved
     # When the refresh plans under the locks
     reader = Reader(now, chosen)
-    planned = planned_by(planned_live, plan)
+    planned = planned_live.planned(plan)
     live = compute_locked_plan(reader, chosen, plan.groups, planned)
     if not isinstance(live.result, Plan):
         return
@@ -444,7 +444,7 @@ def test_through_the_index_a_revoke_never_takes_away_what_the_account_now_needs(
     planned_live, plan, now = moved
     # When the refresh plans under the locks through the index
     reader = IndexedReader(now, chosen, index=before)
-    planned = planned_by(planned_live, plan)
+    planned = planned_live.planned(plan)
     live = compute_locked_plan(reader, chosen, plan.groups, planned)
     if not isinstance(live.result, Plan) or reader.unread_changed:
         return

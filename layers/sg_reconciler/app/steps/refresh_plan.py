@@ -42,7 +42,7 @@ def refresh_plan(
     that keeps the writes at the deployment's rate. A plan from the planner is refreshed
     from the locked groups' rules and its closure (`locked`); one given inline, from the
     planner's read."""
-    from sg_reconciler.app.planned import planned_by, put_planned, stored_planned
+    from sg_reconciler.app.planned import put_planned, stored_planned
 
     request = parse(RefreshInput, event)
     groups = plan_groups(request, store)
@@ -53,7 +53,7 @@ def refresh_plan(
         live = replan(Scope(group_ids=frozenset(groups)), stored_scope(store, request.groups_key))
     result = _locked_plan(live, groups)
     if planned is not None:  # what "Re-plan the revokes after the settle" starts from
-        put_planned(store, request.plan_id, planned_by(live, result, groups))
+        put_planned(store, request.plan_id, live.planned(result, groups))
     doc = split_phases(result.steps).to_dict(_by_group(live.desired), settle_seconds)
     batches = phase_batches(doc, pacing.concurrency)
     for phase in PHASE_NAMES:
