@@ -15,7 +15,8 @@ from sg_reconciler.policy import parse_policy, parse_policy_document
 from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import reconcile
 from sg_reconciler_tools.demo.world import DemoWorld
-from sg_reconciler_tools.local.runtime import REGION, FunctionFailed
+from sg_reconciler_tools.local.deployment import REGION
+from sg_reconciler_tools.local.runtime import FunctionFailed
 from workflow.test_apply_plan import (
     TIMEOUT,
     grow,

@@ -26,7 +26,7 @@ from sg_reconciler_tools.cli import main
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import Fault, FaultInjector, InvariantMonitor, LocalRuntime
-from sg_reconciler_tools.local.runtime import REGION
+from sg_reconciler_tools.local.deployment import REGION
 from workflow.world_moves import admits, set_policy
 
 KUBELET = 10250

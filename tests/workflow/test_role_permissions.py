@@ -54,9 +54,9 @@ from sg_reconciler_tools.demo.play import (
 )
 from sg_reconciler_tools.demo.world import DemoWorld, build_world
 from sg_reconciler_tools.local import Fault, FaultInjector, LocalRuntime
+from sg_reconciler_tools.local.deployment import REGION
 from sg_reconciler_tools.local.functions import FunctionSpec, HandlerHost
 from sg_reconciler_tools.local.moto_hooks import ACCOUNT_ID
-from sg_reconciler_tools.local.runtime import REGION
 from workflow.test_apply_plan import live_plan, start
 from workflow.test_lbc_handover import handover_policy
 from workflow.world_moves import at_the_settle, set_policy

@@ -13,15 +13,11 @@ Every hook into moto lives in `moto_hooks`: faults and observers run in botocore
         print(monitor.summary(), local.history(result["executionArn"]))
 """
 
+from sg_reconciler_tools.local.deployment import SkippedResource
 from sg_reconciler_tools.local.faults import Fault, FaultInjector, FiredFault
 from sg_reconciler_tools.local.functions import FunctionSpec, Invocation, LambdaContext
 from sg_reconciler_tools.local.monitor import InvariantMonitor, MonitorViolation, Snapshot
-from sg_reconciler_tools.local.runtime import (
-    Clients,
-    FunctionFailed,
-    LocalRuntime,
-    SkippedResource,
-)
+from sg_reconciler_tools.local.runtime import Clients, FunctionFailed, LocalRuntime
 from sg_reconciler_tools.local.stack import TemplateError
 
 __all__ = [

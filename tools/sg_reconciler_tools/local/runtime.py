@@ -1,14 +1,13 @@
 """The whole app on moto in this process: the real stack, real ASL, our handlers.
 
-`LocalRuntime(template_path)` starts moto with the hooks of `moto_hooks`, packages the SAM
-template as `sam package` does (artifacts to moto's S3), translates it with samtranslator
-(`stack`), adapts the result to moto's CloudFormation (`cfn_workarounds`) and creates the
-stack with `create_stack` (`update` moves it to another template with `update_stack`, as an
-upgrade does). Lambda functions run in this process (`functions.HandlerHost`
-answers moto's Invoke), executions of the real state machine run in moto's interpreter.
-Wait states and Retry backoff do not sleep (the requested seconds are recorded in `waits`
-and `retry_sleeps`); executions run in moto's background thread, so `wait_for` polls with
-a timeout. Dev tooling only: nothing here is deployed.
+`LocalRuntime(template_path)` starts moto with the hooks of `moto_hooks`, deploys the
+template (`deployment`: packaged, translated, adapted to moto's CloudFormation and created;
+`update` moves it to another template, as an upgrade does), runs its Lambda functions in
+this process (`functions.HandlerHost` answers moto's Invoke) and executions of the real
+state machine in moto's interpreter. Wait states and Retry backoff do not sleep (the
+requested seconds are recorded in `waits` and `retry_sleeps`); executions run in moto's
+background thread, so `wait_for` polls with a timeout. Dev tooling only: nothing here is
+deployed.
 """
 
 from __future__ import annotations
@@ -24,12 +23,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import boto3
 from sg_reconciler import wiring
 from sg_reconciler.adapters import aws, pacing
-from sg_reconciler.core.rules import DEFAULT_OWNER
 
 from sg_reconciler_tools.local import (
     cfn_workarounds,
@@ -39,14 +36,17 @@ from sg_reconciler_tools.local import (
     patching,
     recorder,
 )
-from sg_reconciler_tools.local.functions import FunctionSpec, HandlerHost, Invocation
-from sg_reconciler_tools.local.stack import (
-    TemplateError,
-    content_key,
-    package,
-    read_template,
-    translate,
+from sg_reconciler_tools.local.deployment import (
+    FUNCTION_TYPE,
+    REGION,
+    RULE_TYPE,
+    STATE_MACHINE_TYPE,
+    Deployment,
+    SkippedResource,
+    session,
 )
+from sg_reconciler_tools.local.functions import FunctionSpec, HandlerHost, Invocation
+from sg_reconciler_tools.local.stack import TemplateError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -56,11 +56,6 @@ if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
     from mypy_boto3_stepfunctions import SFNClient
 
-REGION = "eu-west-1"
-FUNCTION_TYPE = "AWS::Lambda::Function"
-STATE_MACHINE_TYPE = "AWS::StepFunctions::StateMachine"
-RULE_TYPE = "AWS::Events::Rule"
-CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 FINISHED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 _FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -86,18 +81,6 @@ class Clients:
         return getattr(self, "lambda_" if service == "lambda" else service)
 
 
-UNPACED_WRITES_PER_SECOND = 1000
-UNPACED_READS_PER_SECOND = 1000
-
-
-@dataclass(frozen=True)
-class SkippedResource:
-    """A resource of the stack's template that moto's CloudFormation did not create."""
-
-    logical_id: str
-    type: str
-
-
 class LocalRuntime:
     """Context manager: deploys a SAM template as a moto CloudFormation stack and runs its
     state machines, with its functions' handlers in this process.
@@ -117,18 +100,15 @@ class LocalRuntime:
         account_id: str = moto_hooks.ACCOUNT_ID,
         region: str = REGION,
     ) -> None:
-        # The stack's owner name is the library default unless a test asks for another
-        # (the template derives it from the stack name when OwnerName is empty). Writes are
-        # not paced unless a test asks (with `Ec2RateLimit`): moto has no rate limit, and
-        # the pacer would wait in real time. Reads likewise (`ReadRateLimit` models AWS's).
-        self.template_path = Path(template_path)
-        self.stack_name = stack_name
-        self._document = read_template(self.template_path)
-        self.parameters = _stack_parameters(self._document, {}, parameters or {})
-        self.handlers_root = (
-            Path(handlers_root) if handlers_root else self.template_path.resolve().parent
+        self.stack = Deployment(
+            template_path,
+            handlers_root=handlers_root,
+            parameters=parameters or {},
+            stack_name=stack_name,
+            account_id=account_id,
+            region=region,
         )
-        self.deployed_template: dict[str, Any] = {}  # what CreateStack got, once started
+        self.stack_name = stack_name
         # botocore retries throttling with real sleeps: a handler's client makes one attempt
         # (AWS_MAX_ATTEMPTS; a client's own retry Config wins), so an injected fault reaches
         # the code under test exactly once per count.
@@ -154,13 +134,6 @@ class LocalRuntime:
         self._saved_environment: dict[str, str | None] = {}
         self._clients: Clients | None = None
         self._host: HandlerHost | None = None
-        self._state_machine_arns: dict[str, str] = {}
-        self._resources: dict[str, tuple[str, str]] = {}  # logical id -> (type, physical id)
-        self._arns: dict[str, str] = {}
-        self._stack_parameters: dict[str, str] = {}
-        self._stack_id = ""
-        self._skipped: list[SkippedResource] = []
-        self._uploaded: set[str] = set()  # artifact keys in the stack's bucket
         self._invoke_patch: patching.Patch | None = None
 
     # Lifecycle --------------------------------------------------------------------------
@@ -240,7 +213,6 @@ class LocalRuntime:
                 os.environ[key] = value
         self._saved_environment = {}
         self._clients = None
-        self._state_machine_arns = {}  # names (`ref`, `arn`...) stay readable after stop
         if LocalRuntime._running is self:
             LocalRuntime._running = None
 
@@ -255,7 +227,7 @@ class LocalRuntime:
         aborted: list[str] = []
         deadline = time.monotonic() + timeout
         pause = threading.Event()
-        for arn in self._state_machine_arns.values():
+        for arn in self.stack.of_type(STATE_MACHINE_TYPE).values():
             running = sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")
             for execution in running["executions"]:
                 while True:
@@ -279,56 +251,29 @@ class LocalRuntime:
             raise RuntimeError("the local runtime is not started")
         return self._clients
 
-    # Names ------------------------------------------------------------------------------
+    # The stack (names stay readable after stop) -----------------------------------------
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        return self.stack.parameters
+
+    @property
+    def deployed_template(self) -> dict[str, Any]:
+        """What CreateStack (or the last UpdateStack) got."""
+        return self.stack.template
 
     def physical_name(self, logical_id: str) -> str:
-        """The resource's name in the stack (a queue's name, not its URL; a state machine's
-        name, not its ARN)."""
-        physical = self._physical_id(logical_id)
-        if physical.startswith("https://"):
-            return physical.rsplit("/", 1)[1]
-        if physical.startswith("arn:"):
-            return physical.rsplit(":", 1)[1]
-        return physical
+        return self.stack.physical_name(logical_id)
 
     def arn(self, logical_id: str) -> str:
-        """What `!GetAtt logical_id.Arn` resolves to in the stack."""
-        self._physical_id(logical_id)  # a clear error for an unknown or skipped resource
-        if logical_id not in self._arns:
-            raise TemplateError(f"{logical_id} ({self._resources[logical_id][0]}) has no Arn")
-        return self._arns[logical_id]
+        return self.stack.arn(logical_id)
 
     def ref(self, logical_id: str) -> Any:
-        """What `!Ref logical_id` resolves to in the stack: a parameter's value, a pseudo
-        parameter, or a resource's physical id (a queue's URL, a function's name...)."""
-        if logical_id in self._stack_parameters:
-            return self._stack_parameters[logical_id]
-        pseudo = {
-            "AWS::Region": self.region,
-            "AWS::AccountId": self.account_id,
-            "AWS::Partition": "aws",
-            "AWS::URLSuffix": "amazonaws.com",
-            "AWS::StackName": self.stack_name,
-            "AWS::StackId": self._stack_id,
-        }
-        if logical_id in pseudo:
-            return pseudo[logical_id]
-        return self._physical_id(logical_id)
-
-    def _physical_id(self, logical_id: str) -> str:
-        if not self._resources:
-            raise RuntimeError("the local runtime was not started")
-        if logical_id not in self._resources:
-            skipped = any(s.logical_id == logical_id for s in self._skipped)
-            reason = "moto's CloudFormation skipped it" if skipped else "no such resource"
-            raise TemplateError(f"{logical_id} is not in stack {self.stack_name}: {reason}")
-        return self._resources[logical_id][1]
+        return self.stack.ref(logical_id)
 
     @property
     def skipped(self) -> list[SkippedResource]:
-        """The template's resources (their conditions holding) that moto's CloudFormation
-        has no model for and did not create, in template order."""
-        return list(self._skipped)
+        return self.stack.skipped
 
     @property
     def functions(self) -> list[FunctionSpec]:
@@ -345,7 +290,7 @@ class LocalRuntime:
         self, state_machine_logical_id: str, input: Any = None, name: str | None = None
     ) -> str:
         """Start an execution (always named, as moto needs); returns its ARN."""
-        arn = self._state_machine_arns.get(state_machine_logical_id)
+        arn = self.stack.of_type(STATE_MACHINE_TYPE).get(state_machine_logical_id)
         if arn is None:
             raise KeyError(f"no state machine {state_machine_logical_id!r} in the template")
         document = input if isinstance(input, str) else json.dumps({} if input is None else input)
@@ -430,13 +375,8 @@ class LocalRuntime:
         return self._host
 
     def _deploy(self) -> None:
-        """Package, translate, adapt to moto and create the stack; then host its functions
-        and deliver Step Functions' status changes to the rules that want them."""
-        s3 = _session(self.region).client("s3")
-        location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
-        s3.create_bucket(
-            Bucket=self._bucket, **({"CreateBucketConfiguration": location} if location else {})
-        )
+        """Create the stack with moto's CloudFormation bridged; then host its functions and
+        deliver Step Functions' status changes to the rules that want them."""
         self._patches += [
             cfn_workarounds.create_state_machines_in_the_executing_backend(),
             cfn_workarounds.update_state_machines_in_the_executing_backend(),
@@ -445,149 +385,29 @@ class LocalRuntime:
             cfn_workarounds.match_events_as_eventbridge(),
             cfn_workarounds.parse_json_templates_as_json(),
         ]
-        template, code_dirs = self._prepared()
-        self._put_stack("create", template)
-        self._host_functions(code_dirs)
+        self.stack.create()
+        self._host_functions()
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
 
     def update(
         self, template_path: str | Path, *, parameters: Mapping[str, str] | None = None
     ) -> None:
-        """Update the running stack to another template, as `sam build && sam deploy` over it
-        does (CloudFormation UpdateStack), and run its functions from then on.
-
-        The parameters given before that the new template still declares keep their values
-        (sam deploy passes UsePreviousValue for them), the runtime's defaults fill new ones,
-        `parameters` win. Parameters left to their defaults stay unnamed: moto counts a
-        parameter named now and not before as changed, and updates every resource that
-        references it (an SSM parameter is then deleted and created again, its edited value
-        lost), where CloudFormation compares values.
-        moto updates in place what its models can, creates the new resources and deletes
-        the removed ones, but does not roll back: a failed update raises `TemplateError`
-        and leaves the stack half-updated, where CloudFormation would roll it back.
-        """
-        document = read_template(template_path)
-        self.parameters = _stack_parameters(document, self.parameters, parameters or {})
-        self.template_path, self._document = Path(template_path), document
-        template, code_dirs = self._prepared()
-        self._put_stack("update", template)
+        """Update the running stack to another template (`Deployment.update`: what keeps its
+        value, what moto does not roll back) and run its functions from then on."""
+        self.stack.update(template_path, parameters or {})
         if self._invoke_patch is not None:
             self._invoke_patch.undo()
             self._patches.remove(self._invoke_patch)
         if self._host is not None:
             self._host.unload()
-        self._host_functions(code_dirs)
+        self._host_functions()
 
-    @property
-    def _bucket(self) -> str:
-        # `sam package`'s bucket; S3 names are global, so the account and region are in it
-        return f"{self.stack_name.lower()}-artifacts-{self.account_id}-{self.region}"
-
-    def _prepared(self) -> tuple[dict[str, Any], Mapping[str, Path]]:
-        """The template as CreateStack or UpdateStack gets it (packaged to the stack's bucket,
-        translated, adapted to moto), and each function's code directory."""
-        s3 = _session(self.region).client("s3")
-
-        def upload(name: str, content: bytes) -> str:
-            key = content_key(name, content)
-            if key not in self._uploaded:  # functions sharing a CodeUri share its zip
-                s3.put_object(Bucket=self._bucket, Key=key, Body=content)
-                self._uploaded.add(key)
-            return f"s3://{self._bucket}/{key}"
-
-        def fetch(bucket: str, key: str) -> bytes:
-            return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-
-        directory = self.template_path.resolve().parent
-        packaged = package(self._document, directory, upload, code_root=self.handlers_root)
-        translated = translate(
-            packaged.document, self.parameters, region=self.region, account_id=self.account_id
-        )
-        template = cfn_workarounds.prepare(translated, stack_name=self.stack_name, fetch=fetch)
-        self.deployed_template = template
-        return template, packaged.code_dirs
-
-    def _put_stack(self, action: Literal["create", "update"], template: dict[str, Any]) -> None:
-        """CreateStack or UpdateStack with the runtime's parameters, then the stack as made."""
-        cloudformation = _session(self.region).client("cloudformation")
-        call = cloudformation.create_stack if action == "create" else cloudformation.update_stack
-        with cfn_workarounds.quiet_unsupported_resources():
-            try:
-                call(
-                    StackName=self.stack_name,
-                    TemplateBody=json.dumps(template),
-                    Parameters=[
-                        {"ParameterKey": key, "ParameterValue": value}
-                        for key, value in self.parameters.items()
-                    ],
-                    Capabilities=CAPABILITIES,
-                )
-            except Exception as error:  # moto raises a resource model's error through the call
-                raise TemplateError(
-                    f"moto's CloudFormation could not {action} stack {self.stack_name}: {error!r}"
-                ) from error
-        self._read_stack(template, f"{action.upper()}_COMPLETE")
-
-    def _read_stack(self, template: dict[str, Any], expected_status: str) -> None:
-        """The stack's resources, parameters and names, as the engine created them."""
-        cloudformation = _session(self.region).client("cloudformation")
-        with cfn_workarounds.quiet_unsupported_resources():
-            (stack,) = cloudformation.describe_stacks(StackName=self.stack_name)["Stacks"]
-            if stack["StackStatus"] != expected_status:
-                raise TemplateError(
-                    f"stack {self.stack_name} is {stack['StackStatus']}: "
-                    f"{stack.get('StackStatusReason', '')}"
-                )
-            listed = cloudformation.describe_stack_resources(StackName=self.stack_name)
-        # moto lists a resource it did not create (skipped, or its condition is false)
-        # without a logical id.
-        self._resources = {
-            str(item["LogicalResourceId"]): (
-                str(item["ResourceType"]),
-                str(item.get("PhysicalResourceId") or ""),
-            )
-            for item in listed["StackResources"]
-            if "LogicalResourceId" in item
-        }
-        self._stack_parameters = {
-            str(item["ParameterKey"]): str(item.get("ParameterValue", ""))
-            for item in stack.get("Parameters", [])
-        }
-        self._stack_id = str(stack["StackId"])
-        self._skipped = [
-            SkippedResource(logical_id, str(body.get("Type")))
-            for logical_id, body in template["Resources"].items()
-            if logical_id not in self._resources
-            and (
-                "Condition" not in body
-                or moto_state.stack_condition(
-                    self.stack_name, str(body["Condition"]), self.region, self.account_id
-                )
-            )
-        ]
-        self._state_machine_arns = {
-            logical_id: physical
-            for logical_id, (kind, physical) in self._resources.items()
-            if kind == STATE_MACHINE_TYPE
-        }
-        # Every ARN now, as the engine resolves !GetAtt: names stay readable after stop.
-        self._arns = {}
-        for logical_id in self._resources:
-            with contextlib.suppress(Exception):  # a model without an Arn attribute
-                arn = moto_state.stack_attribute(
-                    self.stack_name, logical_id, "Arn", self.region, self.account_id
-                )
-                if isinstance(arn, str) and arn.startswith("arn:"):
-                    self._arns[logical_id] = arn
-        self._arns.update(self._state_machine_arns)  # moto's model has no Arn; Ref is it
-
-    def _host_functions(self, code_dirs: Mapping[str, Path]) -> None:
+    def _host_functions(self) -> None:
         """The stack's functions as moto created them (name, handler, environment, timeout,
         memory), each run from the directory its CodeUri named."""
         specs: list[FunctionSpec] = []
-        for logical_id, (kind, name) in self._resources.items():
-            if kind != FUNCTION_TYPE:
-                continue
+        code_dirs = self.stack.code_dirs
+        for logical_id, name in self.stack.of_type(FUNCTION_TYPE).items():
             if logical_id not in code_dirs:
                 raise TemplateError(
                     f"{logical_id}: a local function needs a local CodeUri (a directory)"
@@ -609,7 +429,7 @@ class LocalRuntime:
         self._host = HandlerHost(specs, self._environment)
         self._invoke_patch = moto_hooks.patch_lambda_invoke(self._host.dispatch)
         self._patches.append(self._invoke_patch)
-        rules = [physical for kind, physical in self._resources.values() if kind == RULE_TYPE]
+        rules = list(self.stack.of_type(RULE_TYPE).values())
         by_name = {spec.name: spec.logical_id for spec in specs}
         self._status_targets = [
             (by_name[function], pattern)
@@ -639,21 +459,6 @@ class LocalRuntime:
             with self._delivering:
                 self._deliveries -= 1
                 self._delivering.notify_all()
-
-
-def _stack_parameters(
-    document: Mapping[str, Any], previous: Mapping[str, str], given: Mapping[str, str]
-) -> dict[str, str]:
-    """CreateStack's or UpdateStack's parameter values: the runtime's own defaults and the
-    stack's previous values only for the parameters the template declares; a caller's all go."""
-    declared = document.get("Parameters") or {}
-    defaults = {
-        "OwnerName": DEFAULT_OWNER,
-        "WritesPerSecond": str(UNPACED_WRITES_PER_SECOND),
-        "ReadsPerSecond": str(UNPACED_READS_PER_SECOND),
-    }
-    values = {key: value for key, value in {**defaults, **previous}.items() if key in declared}
-    return {**values, **{key: str(value) for key, value in given.items()}}
 
 
 _CLIENTS_REGION: list[str] = []  # the region the library's cached clients were made in
@@ -727,19 +532,6 @@ class FunctionFailed(Exception):
         self.error_message = message
 
 
-_SESSIONS: dict[str, boto3.session.Session] = {}
-
-
-def _session(region: str = REGION) -> boto3.session.Session:
-    """One boto3 session per region for every runtime: it caches the parsed service models
-    (seconds)."""
-    if region not in _SESSIONS:
-        _SESSIONS[region] = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
-        )
-    return _SESSIONS[region]
-
-
 def _make_clients(region: str) -> Clients:
-    session: Any = _session(region)
-    return Clients(**{f.name: session.client(f.name.rstrip("_")) for f in fields(Clients)})
+    clients_of: Any = session(region)
+    return Clients(**{f.name: clients_of.client(f.name.rstrip("_")) for f in fields(Clients)})
