@@ -366,7 +366,7 @@ class LocalRuntime:
         host.before_invoke.append(listener)
         return patching.Patch("before-invoke listener", lambda: host.before_invoke.remove(listener))
 
-    # Deployment -------------------------------------------------------------------------
+    # Hosting the stack: its functions, its status-change rules ------------------------
 
     @property
     def _handlers(self) -> HandlerHost:
