@@ -506,7 +506,7 @@ class _Builder:
             flow = (key.group_id, key.peer, key.protocol)
             static_cover.setdefault(flow, []).append((key.from_port, key.to_port))
         for group_id in sorted(self.inventory.missing_groups):  # those no role above names
-            self.note_missing(group_id, "in scope")
+            self.note_missing(group_id, "read for its rules")
         rules: list[Rule] = list(statics)
         per_group: dict[str, list[int]] = {}
         for flow in sorted(self.needed):

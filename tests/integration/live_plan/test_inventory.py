@@ -136,7 +136,7 @@ def test_an_owned_group_deleted_mid_read_is_noted_once_as_in_scope(
     assert isinstance(live.result, Plan)
     assert all(step.group_id != doomed for step in live.result.steps)
     assert [n for n in live.notes if doomed in n] == [
-        f"{doomed} (in scope) does not exist (deleted?): left out of the plan"
+        f"{doomed} (read for its rules) does not exist (deleted?): left out of the plan"
     ]
 
 

@@ -42,5 +42,5 @@ def test_a_missing_group_is_noted_once_saying_what_it_is_to_the_policy() -> None
         f"{GROUP} (static rule group) does not exist (deleted?): left out of the plan"
     ]
     assert [n for n in live.notes if owned_gone in n] == [
-        f"{owned_gone} (in scope) does not exist (deleted?): left out of the plan"
+        f"{owned_gone} (read for its rules) does not exist (deleted?): left out of the plan"
     ]
