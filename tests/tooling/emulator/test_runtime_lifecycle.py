@@ -56,6 +56,28 @@ def test_a_missing_substitution_fails_the_start_and_cleans_up(tmp_path: Path) ->
     assert getattr(retrier_decl, "time").__name__ == "time"  # noqa: B009 - not exported  # hooks undone after the failed start
 
 
+def test_a_runtime_starts_again_after_a_stop_on_a_fresh_moto() -> None:
+    """The second start uploads the artifacts again (moto's S3 is new) and runs."""
+    local = LocalRuntime(TEMPLATE)
+    request = {"request_id": "again-1", "flaky_failures": 0, "groups": [], "fail": False}
+    with local:
+        first = local.run("ApplyStateMachine", request)
+    with local:
+        second = local.run("ApplyStateMachine", {**request, "request_id": "again-2"})
+    assert (first["status"], second["status"]) == ("SUCCEEDED", "SUCCEEDED")
+
+
+def test_a_failed_start_reports_its_own_error_not_the_last_runs(tmp_path: Path) -> None:
+    """Stopping after a failed start aborts no execution of an earlier start's stack."""
+    local = LocalRuntime(TEMPLATE)
+    with local:
+        pass
+    bad = tmp_path / "missing-dir"  # the functions' code is gone: packaging fails
+    local.deployment.handlers_root = bad
+    with pytest.raises(TemplateError, match="missing-dir"):
+        local.start()
+
+
 def test_running_executions_are_aborted_before_the_mock_stops() -> None:
     with LocalRuntime(TEMPLATE) as local:
         (steps,) = [spec for spec in local.functions if spec.logical_id == "StepsFunction"]

@@ -80,7 +80,9 @@ class Deployment:
         self._uploaded: set[str] = set()  # artifact keys in the stack's bucket
 
     def create(self) -> None:
-        """Package, translate, adapt to moto and create the stack."""
+        """Package, translate, adapt to moto and create the stack (in a fresh moto: the
+        artifacts are uploaded again)."""
+        self._uploaded = set()
         location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
         session(self.region).client("s3").create_bucket(
             Bucket=self._bucket, **({"CreateBucketConfiguration": location} if location else {})

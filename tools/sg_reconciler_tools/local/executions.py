@@ -15,38 +15,38 @@ def events(stepfunctions: Any, execution_arn: str) -> list[dict[str, Any]]:
     return found
 
 
-def history(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def history(found: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(state name, event type) per history event, as the console lists them.
 
     Execution-level events have no state (""); task and Map events carry the state they
     belong to, found through `previousEventId`.
     """
-    by_id = {event["id"]: event for event in events}
-    return [(state_of(event, by_id), str(event["type"])) for event in events]
+    by_id = {event["id"]: event for event in found}
+    return [(_state_of(event, by_id), str(event["type"])) for event in found]
 
 
-def transitions(events: list[dict[str, Any]]) -> int:
+def transitions(found: list[dict[str, Any]]) -> int:
     """State transitions billed for a Standard workflow: one per state entered."""
-    return sum(1 for event in events if event["type"].endswith("StateEntered"))
+    return sum(1 for event in found if event["type"].endswith("StateEntered"))
 
 
-def largest_state(events: list[dict[str, Any]]) -> tuple[int, str]:
+def largest_state(found: list[dict[str, Any]]) -> tuple[int, str]:
     """The largest input or output any state carried, in bytes (as Step Functions counts
     against its 256 KiB limit), and the state that carried it."""
-    by_id = {event["id"]: event for event in events}
+    by_id = {event["id"]: event for event in found}
     largest = (0, "")
-    for event in events:
+    for event in found:
         for key, details in event.items():
             if not key.endswith("EventDetails") or not isinstance(details, dict):
                 continue
             for field in ("input", "output"):
                 data = details.get(field)
                 if isinstance(data, str) and len(data.encode()) > largest[0]:
-                    largest = (len(data.encode()), state_of(event, by_id) or event["type"])
+                    largest = (len(data.encode()), _state_of(event, by_id) or event["type"])
     return largest
 
 
-def state_of(event: Mapping[str, Any], by_id: Mapping[int, Mapping[str, Any]]) -> str:
+def _state_of(event: Mapping[str, Any], by_id: Mapping[int, Mapping[str, Any]]) -> str:
     """The state an event belongs to ("" for an execution-level event)."""
     if str(event["type"]).startswith("Execution"):
         return ""

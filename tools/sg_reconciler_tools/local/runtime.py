@@ -100,7 +100,7 @@ class LocalRuntime:
         account_id: str = moto_hooks.ACCOUNT_ID,
         region: str = REGION,
     ) -> None:
-        self.stack = Deployment(
+        self.deployment = Deployment(
             template_path,
             handlers_root=handlers_root,
             parameters=parameters or {},
@@ -108,13 +108,11 @@ class LocalRuntime:
             account_id=account_id,
             region=region,
         )
-        self.stack_name = stack_name
         # botocore retries throttling with real sleeps: a handler's client makes one attempt
         # (AWS_MAX_ATTEMPTS; a client's own retry Config wins), so an injected fault reaches
         # the code under test exactly once per count.
         # moto files every call under MOTO_ACCOUNT_ID: the stack, its functions' calls and
         # its executions all live in this account and region, as one deployment does.
-        self.account_id, self.region = account_id, region
         self._environment = {
             **_FAKE_CREDENTIALS,
             "AWS_DEFAULT_REGION": region,
@@ -135,6 +133,7 @@ class LocalRuntime:
         self._clients: Clients | None = None
         self._host: HandlerHost | None = None
         self._invoke_patch: patching.Patch | None = None
+        self._deployed = False  # this start created the stack: its executions are ours
 
     # Lifecycle --------------------------------------------------------------------------
 
@@ -213,6 +212,7 @@ class LocalRuntime:
                 os.environ[key] = value
         self._saved_environment = {}
         self._clients = None
+        self._deployed = False
         if LocalRuntime._running is self:
             LocalRuntime._running = None
 
@@ -227,7 +227,8 @@ class LocalRuntime:
         aborted: list[str] = []
         deadline = time.monotonic() + timeout
         pause = threading.Event()
-        for arn in self.stack.of_type(STATE_MACHINE_TYPE).values():
+        machines = self.deployment.of_type(STATE_MACHINE_TYPE) if self._deployed else {}
+        for arn in machines.values():
             running = sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")
             for execution in running["executions"]:
                 while True:
@@ -251,29 +252,46 @@ class LocalRuntime:
             raise RuntimeError("the local runtime is not started")
         return self._clients
 
-    # The stack (names stay readable after stop) -----------------------------------------
+    # The stack, read from `deployment` (names stay readable after stop) ----------------
+
+    @property
+    def stack_name(self) -> str:
+        return self.deployment.stack_name
+
+    @property
+    def account_id(self) -> str:
+        return self.deployment.account_id
+
+    @property
+    def region(self) -> str:
+        return self.deployment.region
 
     @property
     def parameters(self) -> dict[str, str]:
-        return self.stack.parameters
+        """The stack's parameter values as CreateStack or the last UpdateStack got them."""
+        return self.deployment.parameters
 
     @property
     def deployed_template(self) -> dict[str, Any]:
         """What CreateStack (or the last UpdateStack) got."""
-        return self.stack.template
+        return self.deployment.template
 
     def physical_name(self, logical_id: str) -> str:
-        return self.stack.physical_name(logical_id)
+        """A resource's name in the stack (`Deployment.physical_name`)."""
+        return self.deployment.physical_name(logical_id)
 
     def arn(self, logical_id: str) -> str:
-        return self.stack.arn(logical_id)
+        """What `!GetAtt logical_id.Arn` resolves to (`Deployment.arn`)."""
+        return self.deployment.arn(logical_id)
 
     def ref(self, logical_id: str) -> Any:
-        return self.stack.ref(logical_id)
+        """What `!Ref logical_id` resolves to (`Deployment.ref`)."""
+        return self.deployment.ref(logical_id)
 
     @property
     def skipped(self) -> list[SkippedResource]:
-        return self.stack.skipped
+        """The resources moto's CloudFormation did not create (`Deployment.skipped`)."""
+        return self.deployment.skipped
 
     @property
     def functions(self) -> list[FunctionSpec]:
@@ -290,7 +308,7 @@ class LocalRuntime:
         self, state_machine_logical_id: str, input: Any = None, name: str | None = None
     ) -> str:
         """Start an execution (always named, as moto needs); returns its ARN."""
-        arn = self.stack.of_type(STATE_MACHINE_TYPE).get(state_machine_logical_id)
+        arn = self.deployment.of_type(STATE_MACHINE_TYPE).get(state_machine_logical_id)
         if arn is None:
             raise KeyError(f"no state machine {state_machine_logical_id!r} in the template")
         document = input if isinstance(input, str) else json.dumps({} if input is None else input)
@@ -332,12 +350,15 @@ class LocalRuntime:
         return executions.events(self.clients.stepfunctions, execution_arn)
 
     def history(self, execution_arn: str) -> list[tuple[str, str]]:
+        """(state name, event type) per history event, as the console lists them."""
         return executions.history(self.events(execution_arn))
 
     def transitions(self, execution_arn: str) -> int:
+        """State transitions billed for a Standard workflow (`executions.transitions`)."""
         return executions.transitions(self.events(execution_arn))
 
     def largest_state(self, execution_arn: str) -> tuple[int, str]:
+        """The largest state input or output in bytes, and its state (256 KiB is the limit)."""
         return executions.largest_state(self.events(execution_arn))
 
     def invoke(self, function_logical_id: str, event: Any = None) -> Any:
@@ -385,7 +406,8 @@ class LocalRuntime:
             cfn_workarounds.match_events_as_eventbridge(),
             cfn_workarounds.parse_json_templates_as_json(),
         ]
-        self.stack.create()
+        self.deployment.create()
+        self._deployed = True
         self._host_functions()
         self._patches.append(moto_hooks.on_execution_end(self._status_changed))
 
@@ -394,7 +416,7 @@ class LocalRuntime:
     ) -> None:
         """Update the running stack to another template (`Deployment.update`: what keeps its
         value, what moto does not roll back) and run its functions from then on."""
-        self.stack.update(template_path, parameters or {})
+        self.deployment.update(template_path, parameters or {})
         if self._invoke_patch is not None:
             self._invoke_patch.undo()
             self._patches.remove(self._invoke_patch)
@@ -406,8 +428,8 @@ class LocalRuntime:
         """The stack's functions as moto created them (name, handler, environment, timeout,
         memory), each run from the directory its CodeUri named."""
         specs: list[FunctionSpec] = []
-        code_dirs = self.stack.code_dirs
-        for logical_id, name in self.stack.of_type(FUNCTION_TYPE).items():
+        code_dirs = self.deployment.code_dirs
+        for logical_id, name in self.deployment.of_type(FUNCTION_TYPE).items():
             if logical_id not in code_dirs:
                 raise TemplateError(
                     f"{logical_id}: a local function needs a local CodeUri (a directory)"
@@ -429,7 +451,7 @@ class LocalRuntime:
         self._host = HandlerHost(specs, self._environment)
         self._invoke_patch = moto_hooks.patch_lambda_invoke(self._host.dispatch)
         self._patches.append(self._invoke_patch)
-        rules = list(self.stack.of_type(RULE_TYPE).values())
+        rules = list(self.deployment.of_type(RULE_TYPE).values())
         by_name = {spec.name: spec.logical_id for spec in specs}
         self._status_targets = [
             (by_name[function], pattern)
