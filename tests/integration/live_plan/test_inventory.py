@@ -122,7 +122,7 @@ def test_a_whole_account_plan_notes_no_group_that_exists_as_missing(
     assert [n for n in live.notes if "does not exist" in n or "not found" in n] == []
 
 
-def test_an_owned_group_deleted_mid_read_is_noted_once_as_in_scope(
+def test_an_owned_group_deleted_mid_read_is_noted_once_as_read_for_its_rules(
     aws: tuple[Any, Any], world: World
 ) -> None:
     # Given the group that holds only a stale owned rule (no target's, no static rule's) goes
@@ -132,7 +132,7 @@ def test_an_owned_group_deleted_mid_read_is_noted_once_as_in_scope(
     delete_after_its_rules_are_read(ec2, doomed)
     live = default_live_plan(ec2, elbv2)
 
-    # Then no step touches it, and one note names it, as a group in scope the read missed
+    # Then no step touches it, and one note names it, as a group read for its rules
     assert isinstance(live.result, Plan)
     assert all(step.group_id != doomed for step in live.result.steps)
     assert [n for n in live.notes if doomed in n] == [

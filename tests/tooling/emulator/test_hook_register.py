@@ -2,14 +2,15 @@
 
 A hook is a function of `moto_hooks` or `cfn_workarounds` that changes what moto does (no
 other module of `sg_reconciler_tools.local` imports moto but `moto_state`, which only
-reads it: `test_only_the_hook_modules_import_moto`, `test_moto_state_changes_nothing`). It stays only while moto lacks what it adds.
-Its docstring says which kind it is: a fact of AWS (`AWS:` and the page it follows) or
-tooling with no public switch (`Tooling:` and why: no real sleeping, speed only, the
-runtime playing a poller). Its register entry names the test that shows what moto does
-alone, whose docstring or assertion message names the hook and says it can go (or to drop
-it) when that test fails, so a moto upgrade that closes the gap says which hook to remove.
-Every public function of the two modules is either registered or named in `NOT_HOOKS`
-with what it is instead: a new one fails here until someone decides.
+reads it: `test_only_the_hook_modules_import_moto`, `test_moto_state_changes_nothing`).
+It stays only while moto lacks what it adds. Its docstring says which kind it is: a fact
+of AWS (`AWS:` and the page it follows) or tooling with no public switch (`Tooling:` and
+why: no real sleeping, speed only, the tests reading a queue as Lambda's poller would).
+Its register entry names the test that shows what moto does alone, whose docstring or
+assertion message names the hook and says it can go (or to drop it) when that test fails,
+so a moto upgrade that closes the gap says which hook to remove. Every public function of
+the two modules is either registered or named in `NOT_HOOKS` with what it is instead: a
+new one fails here until someone decides.
 """
 
 from __future__ import annotations
@@ -186,9 +187,21 @@ def test_only_the_hook_modules_import_moto() -> None:
 
 
 def test_moto_state_changes_nothing() -> None:
-    """The one other module that imports moto only reads it: it assigns no attribute or
-    item of anything and calls no `setattr` (a change of moto belongs in a hook)."""
+    """The one other module that imports moto only reads it: of the local package it takes
+    only `patching.require` and `moto_hooks.ACCOUNT_ID`, it assigns no attribute or item of
+    anything and calls no `setattr` (a change of moto belongs in a hook)."""
     tree = ast.parse((LOCAL / "moto_state.py").read_text())
+    taken = {
+        f"{node.module}.{alias.name}" if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    ours = {name for name in taken if name.startswith("sg_reconciler_tools")}
+    assert ours == {
+        "sg_reconciler_tools.local.patching.require",
+        "sg_reconciler_tools.local.moto_hooks.ACCOUNT_ID",
+    }, f"moto_state.py takes {sorted(ours)} of the local package"
     changes = [
         ast.unparse(node)
         for node in ast.walk(tree)

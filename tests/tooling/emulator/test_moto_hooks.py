@@ -139,9 +139,9 @@ def describe(mocked: Mocked, group: str) -> list[dict[str, Any]]:
 
 def test_moto_is_the_version_the_hooks_were_written_for() -> None:
     installed = importlib.metadata.version("moto")
-    assert installed == moto_hooks.MOTO_VERSION, (
+    assert installed == patching.MOTO_VERSION, (
         f"moto {installed} is installed but moto_hooks was checked against "
-        f"{moto_hooks.MOTO_VERSION}: rerun this module, fix the hooks, then bump MOTO_VERSION"
+        f"{patching.MOTO_VERSION}: rerun this module, fix the hooks, then bump MOTO_VERSION"
     )
 
 
@@ -185,7 +185,7 @@ def test_the_dispatcher_stands_where_motos_stubber_stood() -> None:
     assert moto_hooks._dispatch in handlers and botocore_stubber not in handlers
 
 
-# (b) Lambda dispatch ---------------------------------------------------------------------
+# Lambda dispatch ------------------------------------------------------------------------
 
 
 def test_dispatch_runs_our_code_for_a_name_and_an_arn(mocked: Mocked) -> None:
@@ -291,7 +291,7 @@ def test_a_plain_function_arn_resource_is_dispatched_too(mocked: Mocked) -> None
     assert json.loads(result["output"]) == {"seen": {"x": 1}}
 
 
-# (c) No real sleeping ----------------------------------------------------------------------
+# No real sleeping ----------------------------------------------------------------------
 
 
 def test_wait_states_and_retry_backoff_do_not_sleep(mocked: Mocked) -> None:
@@ -413,7 +413,7 @@ def test_states_all_still_catches_a_task_error_under_the_hook(mocked: Mocked) ->
         assert mocked.run(definition)["status"] == "SUCCEEDED"
 
 
-# (d) EC2 fidelity --------------------------------------------------------------------------
+# EC2 fidelity --------------------------------------------------------------------------
 
 
 def test_moto_alone_still_accepts_a_description_only_duplicate(mocked: Mocked) -> None:
@@ -1506,7 +1506,7 @@ def test_a_stacks_attributes_and_conditions_are_read_as_the_engine_resolved_them
         moto_state.stack_attribute("hooks", "Nope", "Arn", REGION)
 
 
-# (e) Faults and (f) the write listener --------------------------------------------------------
+# Faults and the write listener -----------------------------------------------------------
 
 
 def test_a_fault_fires_n_times_then_stops(mocked: Mocked) -> None:

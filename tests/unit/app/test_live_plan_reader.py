@@ -37,7 +37,7 @@ def test_a_missing_group_is_noted_once_saying_what_it_is_to_the_policy() -> None
 
     live = compute_live_plan(FakeInventory(found), two_rules, Scope.everything())
 
-    # Then each is named in one note: the static rules' by its role, the other as in scope
+    # Then each is named in one note: the static rules' by its role, the other's by its read
     assert [n for n in live.notes if GROUP in n] == [
         f"{GROUP} (static rule group) does not exist (deleted?): left out of the plan"
     ]

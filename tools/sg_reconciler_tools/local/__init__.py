@@ -1,10 +1,10 @@
 """Local runtime on moto: the template's stack, real ASL and our handlers in one process.
 
 Dev tooling, never deployed. The SAM template becomes a moto CloudFormation stack
-(`stack`: package and translate; `cfn_workarounds`: what moto's CloudFormation needs).
-Every hook into moto lives in `moto_hooks`: faults and observers run in botocore's
-`before-send` event around moto's stubber; patches only for what moto lacks
-(docs/local-runtime.md).
+(`deployment`; `stack`: package and translate). Every change to moto lives in
+`moto_hooks` and `cfn_workarounds` (what moto's CloudFormation needs): faults and
+observers run in botocore's `before-send` event around moto's stubber; patches only for
+what moto lacks (docs/local-runtime.md).
 
     with LocalRuntime("template.yaml") as local:
         monitor = InvariantMonitor(local.clients.ec2, group_ids, None, desired_rules)

@@ -135,7 +135,7 @@ def _substitute(logical_id: str, part: Any, substitutions: Mapping[str, Any]) ->
 def disable_sqs_event_source_mappings(template: dict[str, Any]) -> None:
     """Create a function's SQS event-source mappings disabled: moto hands every message to an
     enabled mapping's function the moment it is sent, one record per call, and deletes it.
-    Disabled, the queue keeps its messages and the runtime plays Lambda's poller.
+    Disabled, the queue keeps its messages and the tests and the demo play Lambda's poller.
 
     Tooling: the tests and the demo read the queue as Lambda's poller would.
     """
@@ -238,9 +238,10 @@ def create_state_machines_in_the_executing_backend() -> patching.Patch:
 
 
 def update_state_machines_in_the_executing_backend() -> patching.Patch:
-    """Update a stack's state machines where executions run (moto's update looks in the other
-    backend and fails with `StateMachineDoesNotExist`): definition and role, in place, as
-    AWS does when the name stays.
+    """Update a stack's state machines where executions run: moto's
+    `StateMachine.update_from_cloudformation_json` looks in the other backend and fails with
+    `StateMachineDoesNotExist`. Definition and role, in place, as AWS does when the name
+    stays.
 
     AWS: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-stepfunctions-statemachine.html
     """

@@ -3,8 +3,8 @@
 Faults and observers never touch moto: `intercept_api_call` runs them in botocore's public
 `before-send` event, around moto's stubber, for every client in the process. What moto
 lacks is patched, one function per gap, whose docstring names the moto internal and says
-why: `AWS:` and the page it follows, or `Tooling:` (no public switch). Each returns a
-`Patch` that undoes it; `tests/tooling/emulator/test_hook_register.py` holds each to a
+why: `AWS:` and the page it follows, or `Tooling:` (no public switch). Each but
+`install_dispatcher` (run once, at import) returns a `Patch` that undoes it; `tests/tooling/emulator/test_hook_register.py` holds each to a
 test that shows moto alone, so a moto upgrade that closes a gap says which hook can go.
 moto's CloudFormation has its own workarounds (`cfn_workarounds`).
 """
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from sg_reconciler_tools.local.patching import (
+    MOTO_VERSION,
     HookError,
     Patch,
     add,
@@ -40,7 +41,6 @@ from sg_reconciler_tools.local.patching import (
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
-MOTO_VERSION: Final = "5.2.5"
 ACCOUNT_ID: Final = "123456789012"  # moto.core.DEFAULT_ACCOUNT_ID
 
 # EC2 calls that change security-group rules or their tags (ownership lives in tags).
@@ -234,8 +234,9 @@ def patch_group_rule_description() -> Patch:
 
 
 def patch_authorize_returns_all_rules() -> Patch:
-    """Return every rule a multi-permission authorize added (moto's response returns the last
-    permission's only); a failing permission keeps the earlier ones, as in moto.
+    """Return every rule a multi-permission authorize added: moto's
+    `SecurityGroups.authorize_security_group_ingress` (its response) returns the last
+    permission's only. A failing permission keeps the earlier ones, as in moto.
 
     AWS: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_AuthorizeSecurityGroupIngress.html
     """
@@ -257,7 +258,7 @@ def patch_authorize_returns_all_rules() -> Patch:
 
 def patch_cidr_host_bits_masked() -> Patch:
     """Store a rule's CIDR as its network, as EC2 does (moto's `SecurityGroupRule.__init__`
-    keeps 10.0.0.1/8 as given; `modify_security_group_rules` still does).
+    keeps 10.0.0.1/8 as given; `modify_security_group_rules` still stores what it is given).
 
     AWS: https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html
     """
@@ -303,7 +304,8 @@ def rule_units(backend: Any, rules: Iterable[Any]) -> tuple[int, int]:
 
 
 def patch_rule_quota_as_aws(limit: int = AWS_RULE_QUOTA) -> Patch:
-    """Refuse an ingress authorize past the quota as AWS counts it (`rule_units`); moto's
+    """Refuse an ingress authorize past the quota as AWS counts it (`rule_units`), wrapping
+    moto's `SecurityGroupBackend.authorize_security_group_ingress`; moto's
     `_verify_group_will_respect_rule_count_limit` counts both families together and prefix
     lists not at all, so it is kept for egress only.
 
@@ -645,7 +647,8 @@ def _narrowed(groups: dict[str, dict[str, Any]], named: set[str]) -> _GroupsView
 
 def patch_groups_by_id_filter() -> Patch:
     """Run moto's `describe_security_group_rules` and `describe_security_groups` on only the
-    groups a literal `group-id` filter names (moto matches every group of the region).
+    groups a literal `group-id` filter names, when no ids or names come beside it (moto
+    matches every group of the region).
 
     Tooling: speed only, the answers are moto's (it still validates and filters).
     """
@@ -692,11 +695,15 @@ def patch_ec2_lookups() -> list[Patch]:
     return [patch_tag_lookup_by_resource(), patch_groups_by_id_filter()]
 
 
+# Step Functions' ends, atomic writes, EventBridge envelopes, ELB pages ----------------
+
+
 def on_execution_end(listener: Callable[[Any], None]) -> Patch:
     """Call `listener(execution)` once when an execution ends, and make StopExecution abort it
-    at once (a Lambda task already running goes on). moto sends no status-change event and
-    its `Execution.stop` left the status RUNNING until the current task returned. The
-    listener runs in the execution's worker thread, or in the caller's for a stop.
+    at once (a Lambda task already running goes on). moto sends no status-change event (the
+    hook wraps `BaseExecutionWorkerCommunication._reflect_execution_status`) and its
+    `Execution.stop` left the status RUNNING until the current task returned. The listener
+    runs in the execution's worker thread, or in the caller's for a stop.
 
     AWS: https://docs.aws.amazon.com/step-functions/latest/dg/cw-events.html and
     https://docs.aws.amazon.com/step-functions/latest/apireference/API_StopExecution.html

@@ -1,8 +1,9 @@
 """Readers of moto's state for the test tooling; they change nothing in moto.
 
 The invariant monitor reads rules without an API call (no fault or request counter sees
-it), and the runtime reads what moto's CloudFormation engine resolved (a resource's
-`!GetAtt`, a condition), which CloudFormation has no API for.
+it), the deployment reads what moto's CloudFormation engine resolved (a resource's
+`!GetAtt`, a condition), which CloudFormation has no API for, and the runtime matches
+events with moto's EventBridge pattern matcher, used as a library.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sg_reconciler_tools.local import patching
 from sg_reconciler_tools.local.moto_hooks import ACCOUNT_ID
+from sg_reconciler_tools.local.patching import require
 
 
 def ec2_backend(region: str, account_id: str = ACCOUNT_ID) -> Any:
@@ -29,9 +30,9 @@ def security_group_rule_docs(backend: Any, group_ids: Iterable[str]) -> list[dic
     an API call, so neither faults on Describe* nor request counters see the monitor.
     """
     wanted = set(group_ids)
-    tags_by_resource: Mapping[str, Mapping[str, str]] = patching.require(backend, "tags")
+    tags_by_resource: Mapping[str, Mapping[str, str]] = require(backend, "tags")
     docs: list[dict[str, Any]] = []
-    groups = patching.require(backend, "groups")
+    groups = require(backend, "groups")
     for by_id in list(groups.values()):
         for group in list(by_id.values()):
             if group.id not in wanted:
@@ -67,7 +68,7 @@ def cloudformation_stack(stack_name: str, region: str, account_id: str = ACCOUNT
     from moto.cloudformation.models import cloudformation_backends
 
     backend = cloudformation_backends[account_id][region]
-    getter = patching.require(backend, "get_stack")
+    getter = require(backend, "get_stack")
     return getter(stack_name)
 
 
@@ -82,13 +83,13 @@ def stack_attribute(
     stack has no such resource or moto did not create it.
     """
     stack = cloudformation_stack(stack_name, region, account_id)
-    resources = patching.require(stack, "resource_map")
+    resources = require(stack, "resource_map")
     if logical_id not in resources.resources:
         raise KeyError(logical_id)
     resource = resources[logical_id]
     if resource is None:
         raise KeyError(f"{logical_id} was not created")
-    return patching.require(resource, "get_cfn_attribute")(attribute)
+    return require(resource, "get_cfn_attribute")(attribute)
 
 
 def stack_condition(
@@ -97,8 +98,8 @@ def stack_condition(
     """Whether a template condition holds in a created stack, as moto's engine evaluated
     it (`moto.cloudformation.parsing.ResourceMap.lazy_condition_map`)."""
     stack = cloudformation_stack(stack_name, region, account_id)
-    resources = patching.require(stack, "resource_map")
-    conditions = patching.require(resources, "lazy_condition_map")
+    resources = require(stack, "resource_map")
+    conditions = require(resources, "lazy_condition_map")
     return bool(conditions[condition])
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
+
+MOTO_VERSION: Final = "5.2.5"  # the moto the hooks are written for (bump after a rerun)
 
 
 class HookError(RuntimeError):
@@ -82,7 +84,8 @@ def require(owner: object, name: str) -> Any:
         return getattr(owner, name)
     except AttributeError:
         raise HookError(
-            f"moto internal {dotted_name(owner)}.{name} is gone (moto upgraded?)"
+            f"moto internal {dotted_name(owner)}.{name} is gone (hooks are written for moto "
+            f"{MOTO_VERSION})"
         ) from None
 
 
@@ -116,8 +119,8 @@ def add(owner: type, name: str, value: object) -> Patch:
     """Give `owner` an attribute moto lacks; if moto has one now, it may model the thing itself."""
     if hasattr(owner, name):
         raise HookError(
-            f"moto internal {dotted_name(owner)}.{name} exists now (moto upgraded?): check "
-            "whether moto models it and the hook can go"
+            f"moto internal {dotted_name(owner)}.{name} exists now (hooks are written for moto "
+            f"{MOTO_VERSION}): check whether moto models it and the hook can go"
         )
     setattr(owner, name, value)
     return Patch(f"{dotted_name(owner)}.{name}", lambda: delattr(owner, name))

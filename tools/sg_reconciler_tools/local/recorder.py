@@ -1,4 +1,4 @@
-"""What a hook records (a Wait state's seconds, a Retry's backoff), for the tests to read."""
+"""What a hook records (a Wait's seconds, a Retry's backoff, the pacer's waits) for the tests."""
 
 from __future__ import annotations
 
