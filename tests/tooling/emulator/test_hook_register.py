@@ -197,6 +197,10 @@ def test_moto_state_changes_nothing() -> None:
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
     }
+    relative = [
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
+    ]
+    assert relative == [], f"moto_state.py imports relatively: {relative}"
     ours = {name for name in taken if name.startswith("sg_reconciler_tools")}
     assert ours == {
         "sg_reconciler_tools.local.patching.require",

@@ -141,7 +141,7 @@ def test_moto_is_the_version_the_hooks_were_written_for() -> None:
     installed = importlib.metadata.version("moto")
     assert installed == patching.MOTO_VERSION, (
         f"moto {installed} is installed but moto_hooks was checked against "
-        f"{patching.MOTO_VERSION}: rerun this module, fix the hooks, then bump MOTO_VERSION"
+        f"{patching.MOTO_VERSION}: rerun this module, fix the hooks, then bump patching.MOTO_VERSION"
     )
 
 

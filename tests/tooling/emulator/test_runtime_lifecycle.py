@@ -67,7 +67,7 @@ def test_a_runtime_starts_again_after_a_stop_on_a_fresh_moto() -> None:
     assert (first["status"], second["status"]) == ("SUCCEEDED", "SUCCEEDED")
 
 
-def test_a_failed_start_reports_its_own_error_not_the_last_runs(tmp_path: Path) -> None:
+def test_a_failed_start_reports_its_own_error_not_an_earlier_starts(tmp_path: Path) -> None:
     """Stopping after a failed start aborts no execution of an earlier start's stack."""
     local = LocalRuntime(TEMPLATE)
     with local:
@@ -76,6 +76,7 @@ def test_a_failed_start_reports_its_own_error_not_the_last_runs(tmp_path: Path) 
     local.deployment.handlers_root = bad
     with pytest.raises(TemplateError, match="missing-dir"):
         local.start()
+    assert LocalRuntime._running is None, "the failed start left the runtime running"
 
 
 def test_running_executions_are_aborted_before_the_mock_stops() -> None:

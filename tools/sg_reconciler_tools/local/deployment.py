@@ -4,8 +4,9 @@
 translates it with samtranslator (`stack`), adapts it to moto's CloudFormation
 (`cfn_workarounds.prepare`), creates it with `create_stack` or moves it to another template
 with `update_stack`, then reads what the engine made: each resource's physical id and
-`!GetAtt ...Arn`, the parameters, and the resources moto skipped. It installs no hook: the
-runtime does (`cfn_workarounds`' patches must be in place first).
+`!GetAtt ...Arn`, the parameters, and the resources moto skipped. The runtime installs
+`cfn_workarounds`' patches before it creates the stack; the deployment only quiets moto's
+warning on skipped resources around its own calls (`quiet_unsupported_resources`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Every hook into moto, in one module (moto is pinned to 5.2.5).
+"""The hooks into moto's models (moto is pinned: `patching.MOTO_VERSION`).
 
 Faults and observers never touch moto: `intercept_api_call` runs them in botocore's public
 `before-send` event, around moto's stubber, for every client in the process. What moto
 lacks is patched, one function per gap, whose docstring names the moto internal and says
 why: `AWS:` and the page it follows, or `Tooling:` (no public switch). Each but
-`install_dispatcher` (run once, at import) returns a `Patch` that undoes it; `tests/tooling/emulator/test_hook_register.py` holds each to a
-test that shows moto alone, so a moto upgrade that closes a gap says which hook can go.
+`install_dispatcher` (run once, at import) returns a `Patch` that undoes it;
+`tests/tooling/emulator/test_hook_register.py` holds each to a test that shows moto alone,
+so a moto upgrade that closes a gap says which hook can go.
 moto's CloudFormation has its own workarounds (`cfn_workarounds`).
 """
 

@@ -158,10 +158,10 @@ class LocalRuntime:
         LocalRuntime._running = self
         self._saved_environment = {key: os.environ.get(key) for key in self._environment}
         os.environ.update(self._environment)
-        self._mock = moto_hooks.new_mock()
-        self._mock.start()
-        cold_start(self.region)
         try:
+            self._mock = moto_hooks.new_mock()
+            self._mock.start()
+            cold_start(self.region)
             self._clients = _make_clients(self.region)
             self._patches = [
                 moto_hooks.patch_wait_states(self.waits),
@@ -308,11 +308,12 @@ class LocalRuntime:
         self, state_machine_logical_id: str, input: Any = None, name: str | None = None
     ) -> str:
         """Start an execution (always named, as moto needs); returns its ARN."""
+        stepfunctions = self.clients.stepfunctions  # "not started" before an unknown name
         arn = self.deployment.of_type(STATE_MACHINE_TYPE).get(state_machine_logical_id)
         if arn is None:
             raise KeyError(f"no state machine {state_machine_logical_id!r} in the template")
         document = input if isinstance(input, str) else json.dumps({} if input is None else input)
-        response = self.clients.stepfunctions.start_execution(
+        response = stepfunctions.start_execution(
             stateMachineArn=arn, name=name or f"local-{uuid.uuid4().hex[:12]}", input=document
         )
         return response["executionArn"]
