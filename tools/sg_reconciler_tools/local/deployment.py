@@ -82,8 +82,9 @@ class Deployment:
 
     def create(self) -> None:
         """Package, translate, adapt to moto and create the stack (in a fresh moto: the
-        artifacts are uploaded again)."""
+        artifacts are uploaded again, and an earlier stack's names are gone until read)."""
         self._uploaded = set()
+        self._resources, self._arns, self._skipped = {}, {}, []
         location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
         session(self.region).client("s3").create_bucket(
             Bucket=self._bucket, **({"CreateBucketConfiguration": location} if location else {})
