@@ -79,6 +79,8 @@ def test_a_failed_start_reports_its_own_error_not_an_earlier_starts(tmp_path: Pa
     assert LocalRuntime._running is None, "the failed start left the runtime running"
     with pytest.raises(RuntimeError, match="not started"):
         local.arn("ApplyStateMachine")  # the earlier start's stack is not this one's
+    with pytest.raises(RuntimeError, match="not started"):
+        local.ref("Owner")  # nor are its parameters' values
 
 
 def test_running_executions_are_aborted_before_the_mock_stops() -> None:

@@ -73,18 +73,14 @@ class Deployment:
         )
         self.template: dict[str, Any] = {}  # what CreateStack or UpdateStack got
         self.code_dirs: Mapping[str, Path] = {}  # function logical id -> its CodeUri
-        self._resources: dict[str, tuple[str, str]] = {}  # logical id -> (type, physical id)
-        self._arns: dict[str, str] = {}
-        self._stack_parameters: dict[str, str] = {}
-        self._stack_id = ""
-        self._skipped: list[SkippedResource] = []
         self._uploaded: set[str] = set()  # artifact keys in the stack's bucket
+        self._forget_stack()
 
     def create(self) -> None:
         """Package, translate, adapt to moto and create the stack (in a fresh moto: the
         artifacts are uploaded again, and an earlier stack's names are gone until read)."""
         self._uploaded = set()
-        self._resources, self._arns, self._skipped = {}, {}, []
+        self._forget_stack()
         location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
         session(self.region).client("s3").create_bucket(
             Bucket=self._bucket, **({"CreateBucketConfiguration": location} if location else {})
@@ -169,6 +165,14 @@ class Deployment:
         return list(self._skipped)
 
     # CreateStack and UpdateStack --------------------------------------------------------
+
+    def _forget_stack(self) -> None:
+        """No stack read yet: every name `_read_stack` fills is empty."""
+        self._resources: dict[str, tuple[str, str]] = {}  # logical id -> (type, physical id)
+        self._arns: dict[str, str] = {}
+        self._stack_parameters: dict[str, str] = {}
+        self._stack_id = ""
+        self._skipped: list[SkippedResource] = []
 
     @property
     def _bucket(self) -> str:
