@@ -163,6 +163,16 @@ def hooks() -> dict[str, Callable[..., Any]]:
     return {name: found[name] for name in sorted(found.keys() - NOT_HOOKS)}
 
 
+def imported(tree: ast.AST) -> set[str]:
+    """What a module imports: `module.name` for a `from` import, the module for an import."""
+    return {
+        f"{node.module}.{alias.name}" if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+
+
 def test_every_hook_is_registered_and_nothing_else() -> None:
     found = hooks()
     assert sorted(REGISTER) == sorted(found), (
@@ -175,13 +185,8 @@ def test_only_the_hook_modules_import_moto() -> None:
     for path in sorted(LOCAL.glob("*.py")):
         if path.stem in {"moto_hooks", "cfn_workarounds", "moto_state"}:
             continue
-        imported = {
-            alias.name if isinstance(node, ast.Import) else str(node.module)
-            for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            for alias in node.names
-        }
-        assert not any(name.split(".")[0] == "moto" for name in imported), (
+        names = imported(ast.parse(path.read_text()))
+        assert not any(name.split(".")[0] == "moto" for name in names), (
             f"{path.name} imports moto: a hook belongs in moto_hooks, with its register entry"
         )
 
@@ -191,17 +196,11 @@ def test_moto_state_changes_nothing() -> None:
     only `patching.require` and `moto_hooks.ACCOUNT_ID`, it assigns no attribute or item of
     anything and calls no `setattr` (a change of moto belongs in a hook)."""
     tree = ast.parse((LOCAL / "moto_state.py").read_text())
-    taken = {
-        f"{node.module}.{alias.name}" if isinstance(node, ast.ImportFrom) else alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        for alias in node.names
-    }
     relative = [
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
     ]
     assert relative == [], f"moto_state.py imports relatively: {relative}"
-    ours = {name for name in taken if name.startswith("sg_reconciler_tools")}
+    ours = {name for name in imported(tree) if name.startswith("sg_reconciler_tools")}
     assert ours == {
         "sg_reconciler_tools.local.patching.require",
         "sg_reconciler_tools.local.moto_hooks.ACCOUNT_ID",
