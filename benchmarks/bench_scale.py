@@ -21,7 +21,7 @@ from sg_reconciler.core.phases import batch_refs, phase_batches
 from sg_reconciler_tools.demo.large_world import build_large_world
 from sg_reconciler_tools.demo.play import TEMPLATE, quiet_handlers, reconcile, run_planner
 from sg_reconciler_tools.demo.world import build_world, scheduled_event
-from sg_reconciler_tools.local import LocalRuntime, moto_hooks
+from sg_reconciler_tools.local import LocalRuntime, interception
 from sg_reconciler_tools.local.rate_limit import Ec2RateLimit
 
 PORTS = 5  # rule changes per group in the state-size runs
@@ -48,14 +48,14 @@ def first_reconcile(groups: int, ports: int = PORTS) -> dict[str, Any]:
     quiet_handlers()
     counts: Counter[str] = Counter()
 
-    def count(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def count(service: str, operation: str, proceed: interception.Proceed) -> Any:
         counts[operation] += 1
         return proceed()
 
     with LocalRuntime(TEMPLATE, parameters={"WritesPerSecond": "5"}) as runtime:
         world = build_large_world(runtime, groups=groups, ports=ports)
         patches = [
-            moto_hooks.intercept_api_call("ec2", op, count, layer=moto_hooks.OBSERVER_LAYER)
+            interception.intercept_api_call("ec2", op, count, layer=interception.OBSERVER_LAYER)
             for op in COUNTED["ec2"]
         ]
         try:
@@ -156,7 +156,7 @@ def calls_per_change() -> dict[str, Any]:
     quiet_handlers()
     counts: Counter[str] = Counter()
 
-    def count(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def count(service: str, operation: str, proceed: interception.Proceed) -> Any:
         counts[operation] += 1
         return proceed()
 
@@ -165,7 +165,7 @@ def calls_per_change() -> dict[str, Any]:
         reconcile(world)
         events = world.add_service(32500)
         patches = [
-            moto_hooks.intercept_api_call("ec2", op, count, layer=moto_hooks.OBSERVER_LAYER)
+            interception.intercept_api_call("ec2", op, count, layer=interception.OBSERVER_LAYER)
             for op in COUNTED["ec2"]
         ]
         try:

@@ -4,7 +4,7 @@ The fault matrix, the stateful property test and the concurrency test all drive 
 template, ASL and handlers on one `LocalRuntime` per module. This module holds what they
 share: changing the world (services, targets, policy), starting and judging executions,
 converging, and `ScenarioFault`, a fault built on the same moto hook as `FaultInjector`
-(`moto_hooks.intercept_api_call`) with three additions the matrix needs: skip the first
+(`interception.intercept_api_call`) with three additions the matrix needs: skip the first
 calls (to aim at one step of the flow), ELBv2 operations, and the "process died" kind.
 """
 
@@ -37,7 +37,7 @@ from sg_reconciler_tools.local import (
     FunctionFailed,
     InvariantMonitor,
     LocalRuntime,
-    moto_hooks,
+    interception,
     patching,
 )
 from sg_reconciler_tools.local.functions import module_name
@@ -118,14 +118,14 @@ class ScenarioFault:
 
     def __enter__(self) -> ScenarioFault:
         self._patches.append(
-            moto_hooks.intercept_api_call(
-                self.service, self.operation, self._intercept, layer=moto_hooks.FAULT_LAYER
+            interception.intercept_api_call(
+                self.service, self.operation, self._intercept, layer=interception.FAULT_LAYER
             )
         )
         if self.kind == "died" and (self.service, self.operation) != ("lambda", "Invoke"):
             self._patches.append(
-                moto_hooks.intercept_api_call(
-                    "lambda", "Invoke", self._invocation, layer=moto_hooks.FAULT_LAYER + 1
+                interception.intercept_api_call(
+                    "lambda", "Invoke", self._invocation, layer=interception.FAULT_LAYER + 1
                 )
             )
         return self
@@ -148,24 +148,24 @@ class ScenarioFault:
                 return self.calls
             return None
 
-    def _intercept(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def _intercept(self, service: str, operation: str, proceed: interception.Proceed) -> Any:
         if self._take() is None:
             return proceed()
         message = f"injected {self.kind}"
         server = ERROR_CODES[service]["server_error"]
         if self.kind in ("throttled", "denied"):
-            raise moto_hooks.AwsError(ERROR_CODES[service][self.kind], message)
+            raise interception.AwsError(ERROR_CODES[service][self.kind], message)
         if self.kind == "server_error":
-            raise moto_hooks.AwsError(server, message, SERVER_ERROR_STATUS)
+            raise interception.AwsError(server, message, SERVER_ERROR_STATUS)
         result = proceed()  # the call takes effect
         if self.kind == "response_lost":
-            raise moto_hooks.AwsError(server, message, SERVER_ERROR_STATUS)
+            raise interception.AwsError(server, message, SERVER_ERROR_STATUS)
         if (service, operation) == ("lambda", "Invoke"):
             return died_response(result)
         self._died.flag = True
         raise ProcessKilled(f"the process died right after {operation}")
 
-    def _invocation(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def _invocation(self, service: str, operation: str, proceed: interception.Proceed) -> Any:
         self._died.flag = False
         result = proceed()
         if getattr(self._died, "flag", False):

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sg_reconciler_tools.demo.world import DemoWorld
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import interception
 from sg_reconciler_tools.local.rate_limit import EC2_READS, ELBV2_DESCRIBES
 
 
@@ -39,7 +39,7 @@ def counted_reads(world: DemoWorld, *, under_the_locks: bool) -> Iterator[Reads]
     """Count the planner's describes (`under_the_locks` False) or the steps' (True)."""
     seen = Reads(on=not under_the_locks)
 
-    def count(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def count(service: str, operation: str, proceed: interception.Proceed) -> Any:
         if seen.on:
             with seen.lock:
                 seen.calls[f"{service} {operation}"] += 1
@@ -52,7 +52,7 @@ def counted_reads(world: DemoWorld, *, under_the_locks: bool) -> Iterator[Reads]
     patches = [world.runtime.before_invoke(refresh)]
     for service, operations in (("elbv2", ELBV2_DESCRIBES), ("ec2", EC2_READS)):
         for operation in operations:
-            patches.append(moto_hooks.intercept_api_call(service, operation, count))
+            patches.append(interception.intercept_api_call(service, operation, count))
     try:
         yield seen
     finally:

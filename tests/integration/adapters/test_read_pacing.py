@@ -16,7 +16,7 @@ from sg_reconciler.adapters.inventory import read_inventory
 from sg_reconciler.adapters.pacing import ReadPacer
 from sg_reconciler.core.pacing import read_pace
 from sg_reconciler.errors import ReadsOutOfTime, Throttled
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import interception, moto_hooks
 from sg_reconciler_tools.local.rate_limit import AwsReadLimits, ScaledClock
 
 from benchmarks.bench_reads import Account
@@ -105,9 +105,9 @@ def test_the_read_pacer_leaves_writes_to_the_write_pacer(account: Account) -> No
     pacer.install(ec2)
 
     def throttle(service: str, operation: str, proceed: Any) -> Any:
-        raise moto_hooks.AwsError("RequestLimitExceeded", "Request limit exceeded.")
+        raise interception.AwsError("RequestLimitExceeded", "Request limit exceeded.")
 
-    patch = moto_hooks.intercept_api_call("ec2", "CreateTags", throttle)
+    patch = interception.intercept_api_call("ec2", "CreateTags", throttle)
     try:
         with pytest.raises(ClientError):  # one attempt: the step's Pacer decides
             ec2.create_tags(Resources=[account.vpc], Tags=[{"Key": "k", "Value": "v"}])

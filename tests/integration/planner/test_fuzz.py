@@ -33,7 +33,13 @@ from hypothesis import strategies as st
 from integration.live_plan.world import build_world
 from sg_reconciler.trigger.classify import Relevant, parse_record
 from sg_reconciler.trigger.cloudtrail import EVENT_NAMES
-from sg_reconciler_tools.local import Fault, FaultInjector, FunctionFailed, LocalRuntime, moto_hooks
+from sg_reconciler_tools.local import (
+    Fault,
+    FaultInjector,
+    FunctionFailed,
+    LocalRuntime,
+    interception,
+)
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[3] / "template.yaml"
 SAMPLES = [f"eventbridge/{name}" for name in EVENT_NAMES] + ["scheduled"]
@@ -80,7 +86,7 @@ def harness() -> Iterator[Harness]:
             def listener(operation: str, error: BaseException | None) -> None:
                 harness.writes.append(operation)
 
-            with moto_hooks.on_ec2_write(listener):
+            with interception.on_ec2_write(listener):
                 yield harness
 
 

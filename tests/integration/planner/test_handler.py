@@ -38,7 +38,7 @@ from sg_reconciler.core.rules import Rule
 from sg_reconciler.core.scope import Scope
 from sg_reconciler.policy import parse_policy
 from sg_reconciler.trigger.classify import Relevant, parse_record
-from sg_reconciler_tools.local import LocalRuntime, moto_hooks, moto_state
+from sg_reconciler_tools.local import LocalRuntime, interception, moto_state
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[3] / "template.yaml"
 EXECUTION_TIMEOUT = 60.0
@@ -602,12 +602,12 @@ def executions_held() -> Iterator[threading.Event]:
     caller = threading.get_ident()
     release = threading.Event()
 
-    def hold(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def hold(service: str, operation: str, proceed: interception.Proceed) -> Any:
         if threading.get_ident() != caller:
             release.wait(timeout=EXECUTION_TIMEOUT)
         return proceed()
 
-    with moto_hooks.intercept_api_call("lambda", "Invoke", hold):
+    with interception.intercept_api_call("lambda", "Invoke", hold):
         try:
             yield release
         finally:
@@ -619,7 +619,7 @@ def start_calls() -> Iterator[list[str]]:
     """Each StartExecution moto served: 'ok' or the AWS error code it answered."""
     seen: list[str] = []
 
-    def observe(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def observe(service: str, operation: str, proceed: interception.Proceed) -> Any:
         try:
             result = proceed()
         except Exception as error:
@@ -628,8 +628,8 @@ def start_calls() -> Iterator[list[str]]:
         seen.append("ok")
         return result
 
-    with moto_hooks.intercept_api_call(
-        "stepfunctions", "StartExecution", observe, layer=moto_hooks.OBSERVER_LAYER
+    with interception.intercept_api_call(
+        "stepfunctions", "StartExecution", observe, layer=interception.OBSERVER_LAYER
     ):
         yield seen
 

@@ -8,7 +8,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from sg_reconciler_tools.local import moto_hooks
+from sg_reconciler_tools.local import interception, moto_hooks
 from sg_reconciler_tools.local.faults import Fault, FaultInjector
 
 
@@ -85,4 +85,4 @@ def test_a_fault_on_an_action_the_service_lacks_is_refused() -> None:
     misspelt = Fault("ec2", "DescribeSecurityGroup", "RequestLimitExceeded")
     with pytest.raises(ValueError, match="no API action 'DescribeSecurityGroup'"):
         FaultInjector(misspelt).__enter__()
-    assert moto_hooks.interceptors("ec2", "DescribeSecurityGroup") == 0
+    assert interception.interceptors("ec2", "DescribeSecurityGroup") == 0

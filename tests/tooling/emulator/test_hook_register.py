@@ -1,15 +1,16 @@
 """Every change the emulator makes to moto is registered with the test that shows moto alone.
 
-A hook is a function of `moto_hooks` or `cfn_workarounds` that changes what moto does (no
-other module of `sg_reconciler_tools.local` imports moto but `moto_state`, which only
-reads it: `test_only_the_hook_modules_import_moto`, `test_moto_state_changes_nothing`).
+A hook is a function of `moto_hooks`, `cfn_workarounds` or `interception` that changes what
+moto does (no other module of `sg_reconciler_tools.local` imports moto but `moto_state`,
+which only reads it: `test_only_the_hook_modules_import_moto`,
+`test_moto_state_changes_nothing`).
 It stays only while moto lacks what it adds. Its docstring says which kind it is: a fact
 of AWS (`AWS:` and the page it follows) or tooling with no public switch (`Tooling:` and
 why: no real sleeping, speed only, the tests reading a queue as Lambda's poller would).
 Its register entry names the test that shows what moto does alone, whose docstring or
 assertion message names the hook and says it can go (or to drop it) when that test fails,
 so a moto upgrade that closes the gap says which hook to remove. Every public function of
-the two modules is either registered or named in `NOT_HOOKS` with what it is instead: a
+the three modules is either registered or named in `NOT_HOOKS` with what it is instead: a
 new one fails here until someone decides.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 import sg_reconciler_tools.local
-from sg_reconciler_tools.local import cfn_workarounds, moto_hooks
+from sg_reconciler_tools.local import cfn_workarounds, interception, moto_hooks
 
 NOT_HOOKS = frozenset(
     {
@@ -153,10 +154,10 @@ def functions(module: ModuleType) -> dict[str, Callable[..., Any]]:
 
 
 def hooks() -> dict[str, Callable[..., Any]]:
-    """Public functions of the two hook modules, and any private one returning a Patch."""
+    """Public functions of the hook modules, and any private one returning a Patch."""
     found = {
         name: function
-        for module in (moto_hooks, cfn_workarounds)
+        for module in (moto_hooks, cfn_workarounds, interception)
         for name, function in functions(module).items()
         if not name.startswith("_") or "Patch" in str(inspect.signature(function).return_annotation)
     }
@@ -183,7 +184,7 @@ def test_every_hook_is_registered_and_nothing_else() -> None:
 
 def test_only_the_hook_modules_import_moto() -> None:
     for path in sorted(LOCAL.glob("*.py")):
-        if path.stem in {"moto_hooks", "cfn_workarounds", "moto_state"}:
+        if path.stem in {"moto_hooks", "cfn_workarounds", "interception", "moto_state"}:
             continue
         names = imported(ast.parse(path.read_text()))
         assert not any(name.split(".")[0] == "moto" for name in names), (

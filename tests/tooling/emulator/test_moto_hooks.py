@@ -23,7 +23,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from sg_reconciler.core.rules import ingress_rules
-from sg_reconciler_tools.local import moto_hooks, moto_state, patching
+from sg_reconciler_tools.local import interception, moto_hooks, moto_state, patching
 from sg_reconciler_tools.local.faults import Fault, FaultInjector
 from sg_reconciler_tools.local.moto_hooks import LambdaResult
 from sg_reconciler_tools.local.recorder import Recorder
@@ -166,7 +166,7 @@ FAULT_TARGETS = [
 def test_every_interceptable_operation_is_in_botocores_model(service: str, operation: str) -> None:
     import botocore.session
 
-    service_id, protocol = moto_hooks.SERVICES[service]
+    service_id, protocol = interception.SERVICES[service]
     model = botocore.session.get_session().get_service_model(service)
     assert (model.service_id.hyphenize(), model.protocol) == (service_id, protocol), (
         "intercept_api_call reads the service from botocore's event name and writes errors "
@@ -182,7 +182,7 @@ def test_the_dispatcher_stands_where_motos_stubber_stood() -> None:
     from moto.core.models import botocore_stubber
 
     handlers = [entry[1] for entry in BUILTIN_HANDLERS]
-    assert moto_hooks._dispatch in handlers and botocore_stubber not in handlers
+    assert interception._dispatch in handlers and botocore_stubber not in handlers
 
 
 # Lambda dispatch ------------------------------------------------------------------------
@@ -853,13 +853,13 @@ def test_undoing_the_prefix_hook_restores_moto() -> None:
         assert hasattr(NetworkInterface, "ipv4_prefixes")
         assert hasattr(Instance, "delegated_ipv6_prefixes")
         assert IPV4_PREFIX_FILTER in ec2_utils.filter_dict_attribute_mapping
-        assert moto_hooks.interceptors("ec2", "AssignPrivateIpAddresses") == 1
+        assert interception.interceptors("ec2", "AssignPrivateIpAddresses") == 1
     assert not hasattr(NetworkInterface, "ipv4_prefixes")
     assert not hasattr(NetworkInterface, "ipv6_prefixes")
     assert not hasattr(Instance, "delegated_ipv4_prefixes")
     assert not hasattr(Instance, "delegated_ipv6_prefixes")
     assert ec2_utils.filter_dict_attribute_mapping == mapping
-    assert moto_hooks.interceptors("ec2", "AssignPrivateIpAddresses") == 0
+    assert interception.interceptors("ec2", "AssignPrivateIpAddresses") == 0
     assert NetworkInterfaceBackend.get_all_network_interfaces is list_enis
 
 
@@ -1649,7 +1649,7 @@ def test_the_write_listener_sees_applied_and_failed_writes_but_not_before_faults
                 GroupId=node, IpPermissions=[cidr_rule("10.0.0.0/8", port)]
             )
 
-    with moto_hooks.on_ec2_write(listener):
+    with interception.on_ec2_write(listener):
         authorize(80)
         authorize(80)  # duplicate: reaches moto and fails there
         with FaultInjector(
@@ -1673,23 +1673,23 @@ def test_interceptors_nest_and_unwind_in_any_order(mocked: Mocked) -> None:
     node = mocked.group("node")
     order: list[str] = []
 
-    def named(name: str) -> moto_hooks.Interceptor:
-        def intercept(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def named(name: str) -> interception.Interceptor:
+        def intercept(service: str, operation: str, proceed: interception.Proceed) -> Any:
             order.append(name)
             return proceed()
 
         return intercept
 
     operation = "AuthorizeSecurityGroupIngress"
-    first = moto_hooks.intercept_api_call("ec2", operation, named("fault"))
-    second = moto_hooks.intercept_api_call(
-        "ec2", operation, named("observer"), layer=moto_hooks.OBSERVER_LAYER
+    first = interception.intercept_api_call("ec2", operation, named("fault"))
+    second = interception.intercept_api_call(
+        "ec2", operation, named("observer"), layer=interception.OBSERVER_LAYER
     )
     mocked.ec2.authorize_security_group_ingress(
         GroupId=node, IpPermissions=[cidr_rule("10.0.0.0/8", 80)]
     )
     assert order == ["fault", "observer"], "higher layers are outer"
     first.undo()  # not the last installed: the other interceptor stays
-    assert moto_hooks.interceptors("ec2", operation) == 1
+    assert interception.interceptors("ec2", operation) == 1
     second.undo()
-    assert moto_hooks.interceptors("ec2", operation) == 0
+    assert interception.interceptors("ec2", operation) == 0

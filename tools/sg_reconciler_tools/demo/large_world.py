@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sg_reconciler_tools.demo.world import CLUSTER_TAG, IMAGE_ID, REGION
-from sg_reconciler_tools.local import LocalRuntime, moto_hooks, patching
+from sg_reconciler_tools.local import LocalRuntime, interception, patching
 
 FIRST_NODE_PORT = 30000
 
@@ -132,14 +132,14 @@ def deny_authorize_in(group_id: str) -> patching.Patch:
     undone. The authorize phase's batches are consecutive groups in id order, so the group
     that sorts last is in the last batch."""
 
-    def deny(service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
-        if moto_hooks.current_request_params().get("GroupId") == [group_id]:
-            raise moto_hooks.AwsError(
+    def deny(service: str, operation: str, proceed: interception.Proceed) -> Any:
+        if interception.current_request_params().get("GroupId") == [group_id]:
+            raise interception.AwsError(
                 "UnauthorizedOperation",
                 "You are not authorized to perform this operation.",
             )
         return proceed()
 
-    return moto_hooks.intercept_api_call(
-        "ec2", "AuthorizeSecurityGroupIngress", deny, layer=moto_hooks.FAULT_LAYER
+    return interception.intercept_api_call(
+        "ec2", "AuthorizeSecurityGroupIngress", deny, layer=interception.FAULT_LAYER
     )

@@ -4,7 +4,7 @@ A `Fault` makes the next `count` calls of one API operation fail with an AWS err
 either before moto runs the call ("before": nothing changes) or after ("after": the call
 took effect but the caller sees an error, as when a response is lost). The injector works
 for boto3 clients, handlers and the Step Functions interpreter alike, because it runs in
-botocore's `before-send` event around moto's answer (see `moto_hooks.intercept_api_call`).
+botocore's `before-send` event around moto's answer (see `interception.intercept_api_call`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sg_reconciler_tools.local import moto_hooks, patching
+from sg_reconciler_tools.local import interception, patching
 
 FaultMode = Literal["before", "after"]
 
@@ -35,8 +35,8 @@ class Fault:
             raise ValueError(f"a fault fires at least once, not {self.count} times")
         if self.mode not in ("before", "after"):
             raise ValueError(f"mode must be 'before' or 'after', not {self.mode!r}")
-        if self.service not in moto_hooks.SERVICES:
-            known = ", ".join(moto_hooks.SERVICES)
+        if self.service not in interception.SERVICES:
+            known = ", ".join(interception.SERVICES)
             raise ValueError(f"cannot inject faults into {self.service!r}; known: {known}")
 
     def __str__(self) -> str:
@@ -70,8 +70,8 @@ class FaultInjector(patching.PatchSet):
         try:
             for service, operation in operations:
                 self._patches.append(
-                    moto_hooks.intercept_api_call(
-                        service, operation, self._intercept, layer=moto_hooks.FAULT_LAYER
+                    interception.intercept_api_call(
+                        service, operation, self._intercept, layer=interception.FAULT_LAYER
                     )
                 )
         except BaseException:
@@ -112,7 +112,7 @@ class FaultInjector(patching.PatchSet):
                     return fault, number
             return None, number
 
-    def _intercept(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def _intercept(self, service: str, operation: str, proceed: interception.Proceed) -> Any:
         fault, number = self._take(service, operation)
         if fault is None:
             return proceed()
@@ -120,4 +120,4 @@ class FaultInjector(patching.PatchSet):
             proceed()  # applied; a real error from moto wins over the injected one
         with self._lock:
             self._fired.append(FiredFault(fault, number))
-        raise moto_hooks.AwsError(fault.error_code, fault.message)
+        raise interception.AwsError(fault.error_code, fault.message)

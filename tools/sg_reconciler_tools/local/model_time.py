@@ -23,7 +23,7 @@ from typing import Any
 
 from sg_reconciler.adapters import pacing
 
-from sg_reconciler_tools.local import moto_hooks, patching
+from sg_reconciler_tools.local import interception, patching
 from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
 
 EC2_LATENCY = 0.15  # seconds an EC2 API call takes, answer included (a typical p50)
@@ -95,7 +95,7 @@ class InvocationClock(patching.PatchSet):
         with self._lock:
             self.invocations.append(invocation)
 
-    def _call(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def _call(self, service: str, operation: str, proceed: interception.Proceed) -> Any:
         here = self._here()
         if here is not None:
             here.seconds += self.latency[service]
@@ -112,8 +112,8 @@ class InvocationClock(patching.PatchSet):
             for service, operations in (("ec2", EC2_CALLS), ("dynamodb", DYNAMODB_CALLS)):
                 for operation in operations:
                     self._patches.append(
-                        moto_hooks.intercept_api_call(
-                            service, operation, self._call, layer=moto_hooks.OBSERVER_LAYER
+                        interception.intercept_api_call(
+                            service, operation, self._call, layer=interception.OBSERVER_LAYER
                         )
                     )
         except BaseException:

@@ -1,6 +1,6 @@
 """Watch security groups between calls and check the safety invariants at every state.
 
-After every EC2 write that reaches moto (hook `moto_hooks.on_ec2_write`), the monitor
+After every EC2 write that reaches moto (hook `interception.on_ec2_write`), the monitor
 reads the groups' ingress rules straight from moto's backend and checks, semantically:
 1 no loss (OLD ∩ NEW stays allowed), 2 no over-exposure (nothing outside OLD ∪ NEW), and
 3 ownership (every rule that disappeared or changed since the previous state carried the
@@ -21,7 +21,7 @@ from sg_reconciler.core.rules import DEFAULT_OWNER, Rule, ingress_rules
 from sg_reconciler.core.safety import GroupBounds, group_bounds
 from sg_reconciler.core.traffic import Traffic
 
-from sg_reconciler_tools.local import moto_hooks, moto_state, patching
+from sg_reconciler_tools.local import interception, moto_state, patching
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class InvariantMonitor:
         self._unseen: list[MonitorViolation] = []
 
     def __enter__(self) -> InvariantMonitor:
-        self._patch = moto_hooks.on_ec2_write(self._after_write)
+        self._patch = interception.on_ec2_write(self._after_write)
         return self
 
     def __exit__(

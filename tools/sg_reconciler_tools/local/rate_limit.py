@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from sg_reconciler_tools.local import moto_hooks, patching
+from sg_reconciler_tools.local import interception, patching
 from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
 
 WRITES = ("AuthorizeSecurityGroupIngress", "RevokeSecurityGroupIngress", "ModifySecurityGroupRules")
@@ -100,9 +100,9 @@ class Ec2RateLimit(patching.PatchSet):
             self.stats.throttled += 1
             return False
 
-    def _intercept(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
+    def _intercept(self, service: str, operation: str, proceed: interception.Proceed) -> Any:
         if not self._take():
-            raise moto_hooks.AwsError("RequestLimitExceeded", "Request limit exceeded.")
+            raise interception.AwsError("RequestLimitExceeded", "Request limit exceeded.")
         return proceed()
 
     # Install and undo ---------------------------------------------------------------------
@@ -112,8 +112,8 @@ class Ec2RateLimit(patching.PatchSet):
             self._patches.append(patch_pacer(self.sleep, self.now))
             for operation in WRITES:
                 self._patches.append(
-                    moto_hooks.intercept_api_call(
-                        "ec2", operation, self._intercept, layer=moto_hooks.FAULT_LAYER
+                    interception.intercept_api_call(
+                        "ec2", operation, self._intercept, layer=interception.FAULT_LAYER
                     )
                 )
             # Retry backoff and Wait states are stubbed to record only; here they take time.
@@ -344,8 +344,8 @@ class AwsReadLimits(patching.PatchSet):
             self.stats.throttled[key] = self.stats.throttled.get(key, 0) + 1
             return False
 
-    def _intercept(self, service: str, operation: str, proceed: moto_hooks.Proceed) -> Any:
-        params = moto_hooks.current_request_params()
+    def _intercept(self, service: str, operation: str, proceed: interception.Proceed) -> Any:
+        params = interception.current_request_params()
         filtered = any(k.startswith(("Filter.", "MaxResults", "NextToken")) for k in params)
         filtered |= any(k.endswith("Id.1") or k.startswith("GroupId") for k in params)
         start = self.now()
@@ -353,7 +353,7 @@ class AwsReadLimits(patching.PatchSet):
         try:
             if not allowed:
                 code, message = THROTTLE_ERRORS[service]
-                raise moto_hooks.AwsError(code, message)
+                raise interception.AwsError(code, message)
             if isinstance(self.clock, ScaledClock):
                 with self.clock.serving():
                     return proceed()
@@ -376,8 +376,8 @@ class AwsReadLimits(patching.PatchSet):
             ):
                 for operation in operations:
                     self._patches.append(
-                        moto_hooks.intercept_api_call(
-                            service, operation, self._intercept, layer=moto_hooks.FAULT_LAYER
+                        interception.intercept_api_call(
+                            service, operation, self._intercept, layer=interception.FAULT_LAYER
                         )
                     )
             if self.runtime is not None:
