@@ -144,9 +144,7 @@ def rate_limited(groups: int, writes_per_second: str, time_scale: float) -> dict
         return {
             "status": described["status"],
             "error": described.get("error", ""),
-            "writes": limit.stats.writes,
-            "throttled": limit.stats.throttled,
-            "seconds": round(limit.stats.seconds, 1),
+            **limit.stats.as_dict(),
             "floor": round(limit.floor(), 1),
         }
 

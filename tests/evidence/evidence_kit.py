@@ -20,7 +20,6 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 from sg_reconciler.adapters.deployment import HELD_PREFIX, WINDOW_PREFIX
@@ -94,7 +93,7 @@ class ProcessKilled(Exception):
     """
 
 
-class ScenarioFault:
+class ScenarioFault(patching.PatchSet):
     """Context manager: the calls `skip+1 .. skip+count` of one AWS action fail as `kind` says.
 
     - throttled / denied / server_error: the call fails before moto runs it.
@@ -114,31 +113,13 @@ class ScenarioFault:
         self.calls = 0
         self._lock = threading.Lock()
         self._died = threading.local()
-        self._patches: list[patching.Patch] = []
 
-    def __enter__(self) -> ScenarioFault:
-        self._patches.append(
-            interception.intercept_api_call(
-                self.service, self.operation, self._intercept, layer=interception.FAULT_LAYER
-            )
-        )
+    def _install(self) -> Iterator[patching.Patch]:
+        yield interception.intercept_api_call(self.service, self.operation, self._intercept)
         if self.kind == "died" and (self.service, self.operation) != ("lambda", "Invoke"):
-            self._patches.append(
-                interception.intercept_api_call(
-                    "lambda", "Invoke", self._invocation, layer=interception.FAULT_LAYER + 1
-                )
+            yield interception.intercept_api_call(
+                "lambda", "Invoke", self._invocation, layer=interception.FAULT_LAYER + 1
             )
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
     def _take(self) -> int | None:
         with self._lock:

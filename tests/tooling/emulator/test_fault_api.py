@@ -81,8 +81,9 @@ def test_the_message_is_the_one_given(ec2: object) -> None:
     assert raised.value.response["Error"]["Message"] == "not for you"
 
 
-def test_a_fault_on_an_action_the_service_lacks_is_refused() -> None:
+def test_a_fault_on_an_action_the_service_lacks_is_refused_and_installs_nothing() -> None:
+    valid = Fault("ec2", "DescribeSecurityGroups", "RequestLimitExceeded")
     misspelt = Fault("ec2", "DescribeSecurityGroup", "RequestLimitExceeded")
     with pytest.raises(ValueError, match="no API action 'DescribeSecurityGroup'"):
-        FaultInjector(misspelt).__enter__()
-    assert interception.interceptors("ec2", "DescribeSecurityGroup") == 0
+        FaultInjector(valid, misspelt).__enter__()
+    assert interception.interceptors("ec2", "DescribeSecurityGroups") == 0  # undone

@@ -37,6 +37,7 @@ NOT_HOOKS = frozenset(
         "patch_ec2_lookups",
         # faults and observers: interceptors on botocore's before-send (no moto internal)
         "intercept_api_call",
+        "intercept_each",
         "interceptors",
         "current_request_params",
         "on_ec2_write",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -63,21 +64,10 @@ class FaultInjector(patching.PatchSet):
         self._calls: Counter[tuple[str, str]] = Counter()
         self._fired: list[FiredFault] = []
         self._lock = threading.Lock()
-        self._patches: list[patching.Patch] = []
 
-    def __enter__(self) -> FaultInjector:
-        operations = dict.fromkeys((fault.service, fault.operation) for fault in self._faults)
-        try:
-            for service, operation in operations:
-                self._patches.append(
-                    interception.intercept_api_call(
-                        service, operation, self._intercept, layer=interception.FAULT_LAYER
-                    )
-                )
-        except BaseException:
-            self._undo()
-            raise
-        return self
+    def _install(self) -> Iterator[patching.Patch]:
+        for service, operation in dict.fromkeys((f.service, f.operation) for f in self._faults):
+            yield interception.intercept_api_call(service, operation, self._intercept)
 
     @property
     def fired(self) -> list[FiredFault]:

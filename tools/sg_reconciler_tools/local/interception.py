@@ -17,7 +17,7 @@ import json
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, cast
 
 from sg_reconciler_tools.local.patching import HookError, Patch, together
@@ -99,6 +99,15 @@ def intercept_api_call(
                 del _chains[key]
 
     return Patch(f"{service}:{operation} interceptor", undo)
+
+
+def intercept_each(
+    service: str, operations: Iterable[str], interceptor: Interceptor, *, layer: int = FAULT_LAYER
+) -> Iterator[Patch]:
+    """`intercept_api_call` for each operation, yielded as installed (for `together` or a
+    `PatchSet`, which undo what was installed if a later one fails)."""
+    for operation in operations:
+        yield intercept_api_call(service, operation, interceptor, layer=layer)
 
 
 @functools.cache
@@ -237,12 +246,10 @@ def on_ec2_write(listener: WriteListener) -> Patch:
         listener(operation, None)
         return result
 
-    patches = [
-        intercept_api_call("ec2", operation, observe, layer=OBSERVER_LAYER)
-        for operation in EC2_WRITE_OPERATIONS
-    ]
-
-    return together("EC2 write listener", patches)
+    return together(
+        "EC2 write listener",
+        intercept_each("ec2", EC2_WRITE_OPERATIONS, observe, layer=OBSERVER_LAYER),
+    )
 
 
 install_dispatcher()

@@ -17,31 +17,20 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sg_reconciler.adapters import pacing
 
 from sg_reconciler_tools.local import interception, patching
+from sg_reconciler_tools.local.moto_hooks import ATOMIC_WRITES
+from sg_reconciler_tools.local.rate_limit import EC2_READS
 from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
 
 EC2_LATENCY = 0.15  # seconds an EC2 API call takes, answer included (a typical p50)
 DYNAMODB_LATENCY = 0.01
-EC2_CALLS = (
-    "DescribeSecurityGroupRules",
-    "DescribeSecurityGroups",
-    "DescribeInstances",
-    "DescribeNetworkInterfaces",
-    "DescribeManagedPrefixLists",
-    "DescribeSubnets",
-    "DescribeVpcs",
-    "AuthorizeSecurityGroupIngress",
-    "RevokeSecurityGroupIngress",
-    "ModifySecurityGroupRules",
-    "CreateTags",
-    "DeleteTags",
-)
+EC2_CALLS = EC2_READS + ATOMIC_WRITES["ec2"]  # what the steps and the planner call
 DYNAMODB_CALLS = ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "BatchWriteItem")
 
 
@@ -69,7 +58,6 @@ class InvocationClock(patching.PatchSet):
         self.invocations: list[TimedInvocation] = []
         self._current = threading.local()
         self._lock = threading.Lock()
-        self._patches: list[patching.Patch] = []
 
     def of(self, logical_id: str) -> list[TimedInvocation]:
         with self._lock:
@@ -104,22 +92,14 @@ class InvocationClock(patching.PatchSet):
 
     # Install and undo -----------------------------------------------------------------------
 
-    def __enter__(self) -> InvocationClock:
-        try:
-            self._patches.append(self.runtime.before_invoke(self._started))
-            self._patches.append(patch_pacer(self.sleep, self.now))
-            self._patches.append(_unpaced_reads())
-            for service, operations in (("ec2", EC2_CALLS), ("dynamodb", DYNAMODB_CALLS)):
-                for operation in operations:
-                    self._patches.append(
-                        interception.intercept_api_call(
-                            service, operation, self._call, layer=interception.OBSERVER_LAYER
-                        )
-                    )
-        except BaseException:
-            self._undo()
-            raise
-        return self
+    def _install(self) -> Iterator[patching.Patch]:
+        yield self.runtime.before_invoke(self._started)
+        yield patch_pacer(self.sleep, self.now)
+        yield _unpaced_reads()
+        for service, operations in (("ec2", EC2_CALLS), ("dynamodb", DYNAMODB_CALLS)):
+            yield from interception.intercept_each(
+                service, operations, self._call, layer=interception.OBSERVER_LAYER
+            )
 
 
 def makespan(durations: Iterable[float], concurrency: int) -> float:
@@ -138,14 +118,8 @@ def longest(invocations: Sequence[TimedInvocation]) -> float:
 
 def _unpaced_reads() -> patching.Patch:
     """The process's read pacer lets every read go at once (see the module's note)."""
-    saved = pacing.ReadPacer.wait
 
     def go(self: pacing.ReadPacer, service: str, operation: str) -> None:
         return None
 
-    pacing.ReadPacer.wait = go  # type: ignore[method-assign]
-
-    def undo() -> None:
-        pacing.ReadPacer.wait = saved  # type: ignore[method-assign]
-
-    return patching.Patch("sg_reconciler.adapters.pacing.ReadPacer.wait", undo)
+    return patching.replace(pacing.ReadPacer, "wait", go)

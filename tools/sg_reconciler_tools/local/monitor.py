@@ -65,14 +65,14 @@ class InvariantMonitor:
 
     def __init__(
         self,
-        ec2_client_or_backend: Any,
+        ec2: Any,  # a boto3 EC2 client on the mock: the monitor reads its region's backend
         group_ids: Iterable[str],
         old_rules: Iterable[Rule] | None = None,
         new_rules: Iterable[Rule] = (),
         *,
         owner: str = DEFAULT_OWNER,
     ) -> None:
-        self._backend = _backend_of(ec2_client_or_backend)
+        self._backend = moto_state.ec2_backend(ec2.meta.region_name)
         self.group_ids = tuple(sorted(set(group_ids)))
         self.owner = owner
         self._lock = threading.Lock()
@@ -105,10 +105,6 @@ class InvariantMonitor:
             with self._lock:
                 self._unseen = unseen
                 self._violations += unseen
-
-    @property
-    def baseline(self) -> Snapshot:
-        return self._baseline
 
     @property
     def snapshots(self) -> list[Snapshot]:
@@ -242,13 +238,3 @@ def _adopted(before: Rule, after: Rule | None, owner: str) -> bool:
         and set(before.tags) < set(after.tags)
         and after.owned_by(owner)
     )
-
-
-def _backend_of(ec2_client_or_backend: Any) -> Any:
-    if hasattr(ec2_client_or_backend, "groups"):
-        return ec2_client_or_backend  # already moto's EC2Backend
-    meta = getattr(ec2_client_or_backend, "meta", None)
-    region = getattr(meta, "region_name", None)
-    if not region:
-        raise TypeError("InvariantMonitor needs a boto3 EC2 client or moto's EC2Backend")
-    return moto_state.ec2_backend(region)

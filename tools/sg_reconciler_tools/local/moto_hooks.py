@@ -16,7 +16,7 @@ import ipaddress
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -26,7 +26,7 @@ from sg_reconciler_tools.local.interception import (
     AwsError,
     Proceed,
     current_request_params,
-    intercept_api_call,
+    intercept_each,
 )
 from sg_reconciler_tools.local.patching import (
     MOTO_VERSION,
@@ -435,6 +435,7 @@ def patch_eni_delegated_prefixes() -> Patch:
 
     require(Instance, "network_interfaces")
     mapping = require(ec2_utils, "filter_dict_attribute_mapping")
+    where = f"{dotted_name(ec2_utils)}.filter_dict_attribute_mapping"
 
     def rendered(family: str) -> property:
         def prefixes(self: Any) -> list[dict[str, str]] | None:
@@ -448,27 +449,17 @@ def patch_eni_delegated_prefixes() -> Patch:
 
         return property(prefixes)
 
-    patches: list[Patch] = []
-    try:  # `add` and `_add_key` refuse once moto has the thing: leave nothing half applied
+    def patches() -> Iterator[Patch]:  # `add` and `_add_key` refuse once moto has the thing
         for family in _PREFIX_FAMILIES:
             name = f"{family.lower()[:4]}_prefixes"  # ipv4_prefixes, ipv6_prefixes
-            patches.append(add(NetworkInterface, name, rendered(family)))
+            yield add(NetworkInterface, name, rendered(family))
         for filter_name, (family, attribute) in INSTANCE_PREFIX_FILTERS.items():
-            patches.append(add(Instance, attribute, of_instance(family)))
-            patches.append(
-                _add_key(
-                    mapping, filter_name, attribute, "moto.ec2.utils.filter_dict_attribute_mapping"
-                )
-            )
-    except HookError:
-        together("", patches).undo()
-        raise
-    patches += [
-        intercept_api_call("ec2", action, _record_prefixes, layer=OBSERVER_LAYER)
-        for action in _PREFIX_ACTIONS
-    ]
-    patches.append(Patch("ENI prefixes", _eni_prefixes.clear))
-    return together("ENI delegated prefixes", patches)
+            yield add(Instance, attribute, of_instance(family))
+            yield _add_key(mapping, filter_name, attribute, where)
+        yield from intercept_each("ec2", _PREFIX_ACTIONS, _record_prefixes, layer=OBSERVER_LAYER)
+        yield Patch("ENI prefixes", _eni_prefixes.clear)
+
+    return together("ENI delegated prefixes", patches())
 
 
 # Address filters on network interfaces, and subnets' IPv6 CIDR state ---------------------
@@ -761,11 +752,11 @@ def patch_atomic_writes() -> Patch:
 
     return together(
         "atomic writes",
-        [
-            intercept_api_call(service, operation, atomic, layer=ATOMIC_LAYER)
+        (
+            patch
             for service, operations in ATOMIC_WRITES.items()
-            for operation in operations
-        ],
+            for patch in intercept_each(service, operations, atomic, layer=ATOMIC_LAYER)
+        ),
     )
 
 

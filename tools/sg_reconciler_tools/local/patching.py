@@ -8,9 +8,9 @@ breaks at the hook, not deep inside a state-machine run.
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Self
 
 MOTO_VERSION: Final = "5.2.5"  # the moto the hooks are written for (bump after a rerun)
 
@@ -51,10 +51,23 @@ class Patch:
 
 
 class PatchSet:
-    """A context manager whose `__enter__` installs hooks into `_patches`: they are undone in
-    reverse order on exit, or by `_undo` when installing fails part-way."""
+    """A context manager installing the patches its `_install` yields: they are undone in
+    reverse order on exit, or at once when installing fails part-way."""
 
     _patches: list[Patch]
+
+    def _install(self) -> Iterator[Patch]:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._patches = []
+        try:
+            for patch in self._install():
+                self._patches.append(patch)
+        except BaseException:
+            self._undo()
+            raise
+        return self
 
     def __exit__(
         self,
@@ -89,11 +102,17 @@ def require(owner: object, name: str) -> Any:
         ) from None
 
 
-def together(what: str, patches: list[Patch]) -> Patch:
-    """One patch undoing several, last first."""
+def together(what: str, patches: Iterable[Patch]) -> Patch:
+    """One patch undoing several, last first; if making one fails, those made are undone."""
+    made: list[Patch] = []
+    try:
+        made.extend(patches)
+    except BaseException:
+        together(what, made).undo()
+        raise
 
     def undo() -> None:
-        for patch in reversed(patches):
+        for patch in reversed(made):
             patch.undo()
 
     return Patch(what, undo)

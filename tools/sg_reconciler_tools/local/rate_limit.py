@@ -65,7 +65,6 @@ class Ec2RateLimit(patching.PatchSet):
         self._tokens = float(capacity)
         self._last = 0.0
         self._lock = threading.Lock()
-        self._patches: list[patching.Patch] = []
 
     # The simulated clock -----------------------------------------------------------------
 
@@ -107,22 +106,12 @@ class Ec2RateLimit(patching.PatchSet):
 
     # Install and undo ---------------------------------------------------------------------
 
-    def __enter__(self) -> Ec2RateLimit:
-        try:
-            self._patches.append(patch_pacer(self.sleep, self.now))
-            for operation in WRITES:
-                self._patches.append(
-                    interception.intercept_api_call(
-                        "ec2", operation, self._intercept, layer=interception.FAULT_LAYER
-                    )
-                )
-            # Retry backoff and Wait states are stubbed to record only; here they take time.
-            self._patches.append(self.runtime.retry_sleeps.subscribe(self.sleep))
-            self._patches.append(self.runtime.waits.subscribe(self.sleep))
-        except BaseException:
-            self._undo()
-            raise
-        return self
+    def _install(self) -> Iterator[patching.Patch]:
+        yield patch_pacer(self.sleep, self.now)
+        yield from interception.intercept_each("ec2", WRITES, self._intercept)
+        # Retry backoff and Wait states are stubbed to record only; here they take time.
+        yield self.runtime.retry_sleeps.subscribe(self.sleep)
+        yield self.runtime.waits.subscribe(self.sleep)
 
 
 # Reads -----------------------------------------------------------------------------------------
@@ -251,24 +240,13 @@ class ReadLimitStats:
     def seconds(self) -> float:
         return 0.0 if self.first is None else self.last - self.first
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "elbv2_calls": self.count("elbv2"),
-            "ec2_reads": self.count("ec2"),
-            "throttled": self.count("elbv2", True) + self.count("ec2", True),
-            "seconds": round(self.seconds, 1),
-            "by_operation": dict(sorted(self.calls.items())),
-            "throttled_by_operation": dict(sorted(self.throttled.items())),
-        }
-
 
 class AwsReadLimits(patching.PatchSet):
     """Context manager: AWS's read buckets (above) in front of moto, on a model clock.
 
     Every attempt of a call takes a token from each bucket it draws on, or fails with the
     service's throttling error and takes none. Each answer takes at least `latency` model
-    seconds. `others` reduces a bucket's refill by what the account's other tools spend
-    (e.g. {"elbv2": 9.0}). botocore's own retry sleeps and the product's pacers run on the
+    seconds. botocore's own retry sleeps and the product's pacers run on the
     same clock, so a run under the model measures what AWS would do, with the real retry
     code. The clock is a `ScaledClock` (real threads: a whole execution) or a `ManualClock`
     (one thread, exact)."""
@@ -279,16 +257,13 @@ class AwsReadLimits(patching.PatchSet):
         *,
         clock: ManualClock | ScaledClock | None = None,
         latency: float = 0.05,
-        others: dict[str, float] | None = None,
     ) -> None:
         self.runtime = runtime
         self.clock = clock or ScaledClock(20.0)
         self.latency = latency
-        self.others = dict(others or {})
         self.stats = ReadLimitStats()
         self._buckets: dict[str, Bucket] = {}
         self._lock = threading.Lock()
-        self._patches: list[patching.Patch] = []
 
     def now(self) -> float:
         return self.clock.now()
@@ -312,8 +287,7 @@ class AwsReadLimits(patching.PatchSet):
             capacity, refill = 40.0, 10.0
             if name.startswith("ec2 "):
                 capacity, refill = (50.0, 10.0) if name.endswith("(unfiltered)") else (100.0, 20.0)
-            service = name.split(" ", 1)[0]
-            self._buckets[name] = Bucket(capacity, max(0.0, refill - self.others.get(service, 0)))
+            self._buckets[name] = Bucket(capacity, refill)
         return self._buckets[name]
 
     def drain(self, service: str) -> None:
@@ -365,41 +339,23 @@ class AwsReadLimits(patching.PatchSet):
 
     # Install and undo ---------------------------------------------------------------------
 
-    def __enter__(self) -> AwsReadLimits:
-        try:
-            self._patches.append(patch_pacer(self.sleep, self.now))
-            self._patches.append(_patch_botocore_sleep(self.sleep))
-            self._patches.append(_quiet_unmodelled_throttle())
-            for service, operations in (
-                ("elbv2", ELBV2_DESCRIBES + ELBV2_OTHER_CALLS),
-                ("ec2", EC2_READS),
-            ):
-                for operation in operations:
-                    self._patches.append(
-                        interception.intercept_api_call(
-                            service, operation, self._intercept, layer=interception.FAULT_LAYER
-                        )
-                    )
-            if self.runtime is not None:
-                self._patches.append(self.runtime.retry_sleeps.subscribe(self.sleep))
-                self._patches.append(self.runtime.waits.subscribe(self.sleep))
-        except BaseException:
-            self._undo()
-            raise
-        return self
+    def _install(self) -> Iterator[patching.Patch]:
+        yield patch_pacer(self.sleep, self.now)
+        yield _patch_botocore_sleep(self.sleep)
+        yield _quiet_unmodelled_throttle()
+        elbv2 = ELBV2_DESCRIBES + ELBV2_OTHER_CALLS
+        yield from interception.intercept_each("elbv2", elbv2, self._intercept)
+        yield from interception.intercept_each("ec2", EC2_READS, self._intercept)
+        if self.runtime is not None:
+            yield self.runtime.retry_sleeps.subscribe(self.sleep)
+            yield self.runtime.waits.subscribe(self.sleep)
 
 
 def _patch_botocore_sleep(sleep: Callable[[float], None]) -> patching.Patch:
     """botocore's retries sleep with `time.sleep` in `botocore.endpoint`: on the model's clock."""
     import botocore.endpoint
 
-    saved = getattr(botocore.endpoint, "time")  # noqa: B009 (no stub names it)
-    setattr(botocore.endpoint, "time", SimpleNamespace(sleep=sleep))  # noqa: B010
-
-    def undo() -> None:
-        setattr(botocore.endpoint, "time", saved)  # noqa: B010
-
-    return patching.Patch("botocore.endpoint.time.sleep", undo)
+    return patching.replace(botocore.endpoint, "time", SimpleNamespace(sleep=sleep))
 
 
 def _quiet_unmodelled_throttle() -> patching.Patch:

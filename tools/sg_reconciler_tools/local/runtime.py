@@ -267,11 +267,6 @@ class LocalRuntime:
         return self.deployment.region
 
     @property
-    def parameters(self) -> dict[str, str]:
-        """The stack's parameter values as CreateStack or the last UpdateStack got them."""
-        return self.deployment.parameters
-
-    @property
     def deployed_template(self) -> dict[str, Any]:
         """What CreateStack (or the last UpdateStack) got."""
         return self.deployment.template
@@ -508,17 +503,12 @@ def patch_pacer(
     The process's read pacer is dropped on the way in and out: its buckets hold times of the
     clock they were filled on, which mean nothing on another (a model clock runs ahead of the
     wall clock, and a bucket filled on it would owe reads for hours on the wall clock)."""
-    saved = pacing.clock, pacing.sleep
-    pacing.sleep = sleep
+    patches = [patching.Patch("the read pacers", wiring.forget_read_pacers)]  # undone last
+    patches.append(patching.replace(pacing, "sleep", sleep))
     if clock is not None:
-        pacing.clock = clock
+        patches.append(patching.replace(pacing, "clock", clock))
     wiring.forget_read_pacers()
-
-    def undo() -> None:
-        pacing.clock, pacing.sleep = saved
-        wiring.forget_read_pacers()
-
-    return patching.Patch("sg_reconciler.adapters.pacing", undo)
+    return patching.together("sg_reconciler.adapters.pacing", patches)
 
 
 def status_change_event(execution: Any) -> dict[str, Any]:
