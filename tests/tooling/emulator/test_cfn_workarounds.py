@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import boto3
 import pytest
 from sg_reconciler_tools.local import cfn_workarounds, moto_hooks
+from sg_reconciler_tools.local.deployment import session
 from sg_reconciler_tools.local.moto_hooks import LambdaResult
 from sg_reconciler_tools.local.stack import TemplateError
 
@@ -29,17 +29,9 @@ ROLE_POLICY = {
 }
 PASS = {"StartAt": "P", "States": {"P": {"Type": "Pass", "Result": "${Value}", "End": True}}}
 
-_SESSIONS: list[boto3.session.Session] = []
-
 
 def client(service: str) -> Any:
-    if not _SESSIONS:
-        _SESSIONS.append(
-            boto3.session.Session(
-                aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
-            )
-        )
-    return cast(Any, _SESSIONS[0]).client(service)
+    return cast(Any, session(REGION)).client(service)
 
 
 @dataclass
@@ -113,19 +105,15 @@ class Cloud:
 
 @pytest.fixture
 def cloud() -> Iterator[Cloud]:
-    mock = moto_hooks.new_mock()
-    mock.start()
-    cloud = Cloud()
+    with moto_hooks.new_mock():
+        cloud = Cloud()
 
-    def dispatch(name: str, payload: bytes) -> LambdaResult:
-        cloud.invoked.append((name, json.loads(payload)))
-        return LambdaResult(b"{}")
+        def dispatch(name: str, payload: bytes) -> LambdaResult:
+            cloud.invoked.append((name, json.loads(payload)))
+            return LambdaResult(b"{}")
 
-    try:
         with moto_hooks.patch_lambda_invoke(dispatch):
             yield cloud
-    finally:
-        mock.stop()
 
 
 def machine(definition: Any, **properties: Any) -> dict[str, Any]:

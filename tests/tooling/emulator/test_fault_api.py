@@ -4,24 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from sg_reconciler_tools.local import interception, moto_hooks
+from sg_reconciler_tools.local.deployment import session
 from sg_reconciler_tools.local.faults import Fault, FaultInjector
 
 
 @pytest.fixture
 def ec2() -> Iterator[object]:
-    mock = moto_hooks.new_mock()
-    mock.start()
-    try:
-        yield boto3.client(
-            "ec2", region_name="eu-west-1", config=Config(retries={"total_max_attempts": 1})
-        )
-    finally:
-        mock.stop()
+    with moto_hooks.new_mock():
+        yield session().client("ec2", config=Config(retries={"total_max_attempts": 1}))
 
 
 @pytest.mark.parametrize(

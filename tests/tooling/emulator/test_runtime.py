@@ -241,6 +241,8 @@ def test_aws_sdk_ec2_tasks_change_rules_and_report_faults(runtime: LocalRuntime)
         failed = runtime.run("RulesStateMachine", payload)
     succeeded = runtime.run("RulesStateMachine", payload)
 
+    # moto reports every EC2 failure of an aws-sdk task under one name, the code only in the
+    # cause: why the app's EC2 writes are Lambda steps with typed errors (docs/architecture.md).
     assert (failed["status"], failed["error"]) == ("FAILED", "ec2.ec2Exception")
     assert succeeded["status"] == "SUCCEEDED", succeeded
     (rule,) = [
