@@ -143,25 +143,16 @@ class HandlerHost:
     @contextmanager
     def _turn_of(self, spec: FunctionSpec) -> Iterator[None]:
         with self._turn:
-            while self._active[1] and self._active[0] != spec.logical_id:
-                self._turn.wait()
-            owner, count = self._active
-            if count == 0:
-                self._set_environment(spec)
+            if self._take_turn(spec):
                 # Import once, before a second invocation may start; an import error is
                 # reported by `_call`, like any handler error.
                 with contextlib.suppress(Exception):
                     self._handler(spec)
-            self._active = (spec.logical_id, count + 1)
         try:
             yield
         finally:
             with self._turn:
-                owner, count = self._active
-                self._active = (owner if count > 1 else None, count - 1)
-                if count == 1:
-                    self._restore_environment()
-                    self._turn.notify_all()
+                self._give_turn()
 
     @contextmanager
     def step_aside(self) -> Iterator[None]:
@@ -172,19 +163,32 @@ class HandlerHost:
             owner, count = self._active
             if owner is None or count == 0:
                 raise RuntimeError("step_aside is for code running inside a handler")
-            self._active = (owner if count > 1 else None, count - 1)
-            if count == 1:
-                self._restore_environment()
-                self._turn.notify_all()
+            spec = self._by_logical_id(owner)
+            self._give_turn()
         try:
             yield
         finally:
             with self._turn:
-                while self._active[1] and self._active[0] != owner:
-                    self._turn.wait()
-                if self._active[1] == 0:
-                    self._set_environment(self._by_logical_id(owner))
-                self._active = (owner, self._active[1] + 1)
+                self._take_turn(spec)
+
+    def _take_turn(self, spec: FunctionSpec) -> bool:
+        """With `_turn` held: wait until no other function runs, then count one more
+        invocation of this one; True for the first (its environment was just set)."""
+        while self._active[1] and self._active[0] != spec.logical_id:
+            self._turn.wait()
+        first = self._active[1] == 0
+        if first:
+            self._set_environment(spec)
+        self._active = (spec.logical_id, self._active[1] + 1)
+        return first
+
+    def _give_turn(self) -> None:
+        """With `_turn` held: one invocation fewer; the last restores the environment."""
+        owner, count = self._active
+        self._active = (owner if count > 1 else None, count - 1)
+        if count == 1:
+            self._restore_environment()
+            self._turn.notify_all()
 
     def _by_logical_id(self, logical_id: str) -> FunctionSpec:
         return next(s for s in self._by_name.values() if s.logical_id == logical_id)
