@@ -1,17 +1,8 @@
 """Every change the emulator makes to moto is registered with the test that shows moto alone.
 
-A hook is a function of `moto_hooks`, `cfn_workarounds` or `interception` that changes what
-moto does (no other module of `sg_reconciler_tools.local` imports moto but `moto_state`,
-which only reads it: `test_only_the_hook_modules_import_moto`,
-`test_moto_state_changes_nothing`).
-It stays only while moto lacks what it adds. Its docstring says which kind it is: a fact
-of AWS (`AWS:` and the page it follows) or tooling with no public switch (`Tooling:` and
-why: no real sleeping, speed only, the tests reading a queue as Lambda's poller would).
-Its register entry names the test that shows what moto does alone, whose docstring or
-assertion message names the hook and says it can go (or to drop it) when that test fails,
-so a moto upgrade that closes the gap says which hook to remove. Every public function of
-the three modules is either registered or named in `NOT_HOOKS` with what it is instead: a
-new one fails here until someone decides.
+The rules are docs/local-runtime.md's ("Patches of moto"): a hook stays only while moto
+lacks what it adds, says `AWS:` or `Tooling:`, and its moto-alone test says it can go. A
+new public function of a hook module fails here until it is registered or in `NOT_HOOKS`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """The whole app on moto in this process: the real stack, real ASL, our handlers.
 
 `LocalRuntime(template_path)` starts moto with the hooks of `moto_hooks`, deploys the
-template (`deployment`: packaged, translated, adapted to moto's CloudFormation and created;
-`update` moves it to another template, as an upgrade does), runs its Lambda functions in
-this process (`functions.HandlerHost` answers moto's Invoke) and executions of the real
-state machine in moto's interpreter. Wait states and Retry backoff do not sleep (the
-requested seconds are recorded in `waits` and `retry_sleeps`); executions run in moto's
-background thread, so `wait_for` polls with a timeout. Dev tooling only: nothing here is
-deployed.
+template (`deployment`; `update` moves it to another, as an upgrade does), runs its Lambda
+functions in this process (`functions.HandlerHost`) and executions of the real state
+machine in moto's interpreter. Wait states and Retry backoff do not sleep (their seconds
+are recorded in `waits` and `retry_sleeps`); executions run in moto's background thread,
+so `wait_for` polls with a timeout. Dev tooling only: nothing here is deployed.
 """
 
 from __future__ import annotations
