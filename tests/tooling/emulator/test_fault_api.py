@@ -81,3 +81,12 @@ def test_a_fault_on_an_action_the_service_lacks_is_refused_and_installs_nothing(
     with pytest.raises(ValueError, match="no API action 'DescribeSecurityGroup'"):
         FaultInjector(valid, misspelt).__enter__()
     assert interception.interceptors("ec2", "DescribeSecurityGroups") == 0  # undone
+
+
+def test_an_injector_is_entered_once_at_a_time(ec2: object) -> None:
+    injector = FaultInjector(Fault("ec2", "DescribeSecurityGroups", "RequestLimitExceeded"))
+    with injector, pytest.raises(RuntimeError, match="already entered"):
+        injector.__enter__()  # its first patches would be lost, never undone
+    assert interception.interceptors("ec2", "DescribeSecurityGroups") == 0
+    with injector:  # entered again once left
+        assert interception.interceptors("ec2", "DescribeSecurityGroups") == 1

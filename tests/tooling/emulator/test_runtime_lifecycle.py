@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from sg_reconciler_tools.local import LocalRuntime, SkippedResource, TemplateError
-from sg_reconciler_tools.local.functions import module_name
+from sg_reconciler_tools.local.functions import FunctionSpec, HandlerHost, module_name
 
 TEMPLATE = Path(__file__).parent / "fixtures" / "template.yaml"
 
@@ -159,3 +160,31 @@ def test_the_alarm_email_subscription_is_skipped_when_it_is_wanted() -> None:
     with LocalRuntime(APP, parameters={"AlarmEmail": "ops@example.com"}) as local:
         skipped = local.skipped
     assert SkippedResource("AlarmEmailSubscription", "AWS::SNS::Subscription") in skipped
+
+
+def test_a_handler_that_exits_on_import_gives_its_turn_back(tmp_path: Path) -> None:
+    """SystemExit is no Exception: it leaves the invocation, and the next function still runs
+    (it waited for a turn the exiting one never gave back)."""
+    for name, body in {
+        "exits": "raise SystemExit(3)\n",
+        "fine": "def handler(e, c):\n    return 1\n",
+    }.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "app.py").write_text(body)
+    host = HandlerHost(
+        [
+            FunctionSpec(name, name, f"arn:{name}", tmp_path / name, "app.handler")
+            for name in ("exits", "fine")
+        ],
+        {},
+    )
+    with pytest.raises(SystemExit):
+        host.dispatch("exits", b"{}")
+    answered: list[bytes] = []
+    other = threading.Thread(
+        target=lambda: answered.append(host.dispatch("fine", b"{}").payload), daemon=True
+    )
+    other.start()
+    other.join(timeout=5)
+    assert answered == [b"1"], "the next function waited for a turn never given back"
+    host.unload()

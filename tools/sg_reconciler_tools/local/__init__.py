@@ -1,10 +1,9 @@
 """Local runtime on moto: the template's stack, real ASL and our handlers in one process.
 
 Dev tooling, never deployed. The SAM template becomes a moto CloudFormation stack
-(`deployment`; `stack`: package and translate). Every change to moto lives in
-`moto_hooks` and `cfn_workarounds` (what moto's CloudFormation needs): faults and
-observers run in botocore's `before-send` event around moto's stubber; patches only for
-what moto lacks (docs/local-runtime.md).
+(`deployment`; `stack`: package and translate). Faults and observers run in botocore's
+`before-send` event around moto's stubber (`interception`); moto is patched only for what
+it lacks (`moto_hooks`, and `cfn_workarounds` for its CloudFormation; docs/local-runtime.md).
 
     with LocalRuntime("template.yaml") as local:
         monitor = InvariantMonitor(local.clients.ec2, group_ids, None, desired_rules)

@@ -143,12 +143,13 @@ class HandlerHost:
     @contextmanager
     def _turn_of(self, spec: FunctionSpec) -> Iterator[None]:
         with self._turn:
-            if self._take_turn(spec):
-                # Import once, before a second invocation may start; an import error is
-                # reported by `_call`, like any handler error.
+            first = self._take_turn(spec)
+        try:
+            if first:
+                # Import once, before a second invocation may start (the turn is ours); an
+                # import error is reported by `_call`, like any handler error.
                 with contextlib.suppress(Exception):
                     self._handler(spec)
-        try:
             yield
         finally:
             with self._turn:

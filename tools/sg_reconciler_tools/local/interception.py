@@ -35,6 +35,14 @@ EC2_WRITE_OPERATIONS: Final = (
     "DeleteTags",
     "DeleteSecurityGroup",
 )
+# Of these, the ones the app makes (the steps and the janitor).
+APP_EC2_WRITES: Final = (
+    "AuthorizeSecurityGroupIngress",
+    "RevokeSecurityGroupIngress",
+    "ModifySecurityGroupRules",
+    "CreateTags",
+    "DeleteTags",
+)
 
 
 Proceed = Callable[[], Any]

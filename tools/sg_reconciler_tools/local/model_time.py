@@ -24,13 +24,12 @@ from typing import Any
 from sg_reconciler.adapters import pacing
 
 from sg_reconciler_tools.local import interception, patching
-from sg_reconciler_tools.local.moto_hooks import ATOMIC_WRITES
 from sg_reconciler_tools.local.rate_limit import EC2_READS
 from sg_reconciler_tools.local.runtime import LocalRuntime, patch_pacer
 
 EC2_LATENCY = 0.15  # seconds an EC2 API call takes, answer included (a typical p50)
 DYNAMODB_LATENCY = 0.01
-EC2_CALLS = EC2_READS + ATOMIC_WRITES["ec2"]  # what the steps and the planner call
+EC2_CALLS = EC2_READS + interception.APP_EC2_WRITES  # what the steps and the planner call
 DYNAMODB_CALLS = ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "BatchWriteItem")
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from sg_reconciler_tools.local.interception import (
+    APP_EC2_WRITES,
     ATOMIC_LAYER,
     OBSERVER_LAYER,
     AwsError,
@@ -728,13 +729,7 @@ def on_execution_end(listener: Callable[[Any], None]) -> Patch:
 
 ATOMIC_WRITES: Final[Mapping[str, tuple[str, ...]]] = {
     "dynamodb": ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"),
-    "ec2": (
-        "AuthorizeSecurityGroupIngress",
-        "RevokeSecurityGroupIngress",
-        "ModifySecurityGroupRules",
-        "CreateTags",
-        "DeleteTags",
-    ),
+    "ec2": APP_EC2_WRITES,
 }
 
 

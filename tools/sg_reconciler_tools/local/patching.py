@@ -60,6 +60,8 @@ class PatchSet:
         raise NotImplementedError
 
     def __enter__(self) -> Self:
+        if getattr(self, "_patches", None):
+            raise RuntimeError(f"{type(self).__name__} is already entered")
         self._patches = []
         try:
             for patch in self._install():

@@ -501,12 +501,16 @@ def patch_pacer(
     The process's read pacer is dropped on the way in and out: its buckets hold times of the
     clock they were filled on, which mean nothing on another (a model clock runs ahead of the
     wall clock, and a bucket filled on it would owe reads for hours on the wall clock)."""
-    patches = [patching.Patch("the read pacers", wiring.forget_read_pacers)]  # undone last
-    patches.append(patching.replace(pacing, "sleep", sleep))
-    if clock is not None:
-        patches.append(patching.replace(pacing, "clock", clock))
+
+    def patches() -> Iterator[patching.Patch]:
+        yield patching.Patch("the read pacers", wiring.forget_read_pacers)  # undone last
+        yield patching.replace(pacing, "sleep", sleep)
+        if clock is not None:
+            yield patching.replace(pacing, "clock", clock)
+
+    patch = patching.together("sg_reconciler.adapters.pacing", patches())
     wiring.forget_read_pacers()
-    return patching.together("sg_reconciler.adapters.pacing", patches)
+    return patch
 
 
 def status_change_event(execution: Any) -> dict[str, Any]:
