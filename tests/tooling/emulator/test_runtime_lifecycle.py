@@ -1,4 +1,5 @@
-"""Starting and stopping the local runtime: parameters, clean-up, and failed starts.
+"""Starting and stopping the local runtime: parameters, clean-up, failed starts, and what
+the handler host and the pacer patch leave behind when something fails.
 
 These tests build their own runtime, so they live apart from the modules that share one.
 """
@@ -188,3 +189,20 @@ def test_a_handler_that_exits_on_import_gives_its_turn_back(tmp_path: Path) -> N
     other.join(timeout=5)
     assert answered == [b"1"], "the next function waited for a turn never given back"
     host.unload()
+
+
+def test_the_pacer_patch_restores_what_it_set_and_undoes_it_all_if_it_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sg_reconciler.adapters import pacing
+    from sg_reconciler_tools.local.patching import HookError
+    from sg_reconciler_tools.local.runtime import patch_pacer
+
+    real = pacing.clock, pacing.sleep
+    with patch_pacer(print, time.monotonic):
+        assert (pacing.clock, pacing.sleep) == (time.monotonic, print)
+    assert (pacing.clock, pacing.sleep) == real
+    monkeypatch.delattr(pacing, "clock")  # a later replace fails: the earlier is undone
+    with pytest.raises(HookError, match="clock is gone"):
+        patch_pacer(print, time.monotonic)
+    assert pacing.sleep is real[1]
