@@ -51,24 +51,18 @@ class Patch:
 
 
 class PatchSet:
-    """A context manager installing the patches its `_install` yields: they are undone in
-    reverse order on exit, or at once when installing fails part-way."""
+    """A context manager installing the patches its `_install` yields as one (`together`):
+    undone in reverse order on exit, or at once when installing fails part-way."""
 
-    _patches: list[Patch]
+    _patch: Patch | None = None
 
     def _install(self) -> Iterator[Patch]:
         raise NotImplementedError
 
     def __enter__(self) -> Self:
-        if getattr(self, "_patches", None):
+        if self._patch is not None and self._patch.active:
             raise RuntimeError(f"{type(self).__name__} is already entered")
-        self._patches = []
-        try:
-            for patch in self._install():
-                self._patches.append(patch)
-        except BaseException:
-            self._undo()
-            raise
+        self._patch = together(type(self).__name__, self._install())
         return self
 
     def __exit__(
@@ -77,12 +71,8 @@ class PatchSet:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._undo()
-
-    def _undo(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
+        if self._patch is not None:
+            self._patch.undo()
 
 
 def dotted_name(owner: object) -> str:
