@@ -97,16 +97,16 @@ def require(owner: object, name: str) -> Any:
 def together(what: str, patches: Iterable[Patch]) -> Patch:
     """One patch undoing several, last first; if making one fails, those made are undone."""
     made: list[Patch] = []
-    try:
-        made.extend(patches)
-    except BaseException:
-        together(what, made).undo()
-        raise
 
     def undo() -> None:
         for patch in reversed(made):
             patch.undo()
 
+    try:
+        made.extend(patches)
+    except BaseException:
+        undo()
+        raise
     return Patch(what, undo)
 
 
